@@ -1,0 +1,14 @@
+"""surge: a just-in-time compiler for PyTorch programs, written in Python.
+
+    import surge
+    fast = surge.compile(model)        # or @surge.compile on a function
+    out = fast(x)                      # same result as model(x), captured and cached
+
+See README.md for the tour and docs/ for each layer.
+"""
+from .api import compile
+from .counters import counters
+
+__version__ = "0.1.0"
+
+__all__ = ["compile", "counters", "__version__"]

@@ -1,0 +1,34 @@
+"""Process-wide event counters, exposed as ``surge.counters``."""
+from __future__ import annotations
+
+import collections
+
+COUNTER_NAMES = (
+    "frames",         # code objects surge was asked to run
+    "graphs",         # FX graphs captured and handed to a backend
+    "graph_breaks",   # places where capture stopped and CPython took over
+    "recompiles",     # compiles of a code object that already had a cache entry
+    "cache_hits",     # calls served by a cached entry whose guards passed
+    "cache_misses",   # calls whose guards all failed (a compile followed)
+    "fallbacks",      # frames run eagerly: unsupported construct or internal error
+)
+
+
+class Counters(collections.Counter):
+    """A Counter that always shows the standard names, even when zero."""
+
+    def __missing__(self, key):
+        return 0
+
+    def reset(self) -> None:
+        self.clear()
+        for name in COUNTER_NAMES:
+            self[name] = 0
+
+    def __repr__(self) -> str:
+        items = ", ".join(f"{k}={v}" for k, v in self.items())
+        return f"surge.counters({items})"
+
+
+counters = Counters()
+counters.reset()

@@ -1,0 +1,54 @@
+"""Log channels selected with ``SURGE_LOGS=graph,guards,...``.
+
+Each channel prints readable artifacts as they are made. ``SURGE_LOGS=all``
+turns every channel on. The variable is read at every ``enabled`` call so that
+tests and users can flip it without re-importing surge; the cost is one dict
+lookup, and no channel is consulted on the hot path of a compiled call.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+CHANNELS = (
+    "graph",         # captured torch-level FX graphs
+    "guards",        # guards of each cache entry
+    "recompiles",    # which guard failed when a cached code object recompiles
+    "graph_breaks",  # every graph break with its reason and user location
+    "bytecode",      # generated resume / entry code
+    "aot",           # ATen-level forward/backward graphs
+    "schedule",      # fused groups and memory plan
+    "output_code",   # generated kernels and wrappers
+    "perf",          # compile-time breakdown per phase
+    "fallbacks",     # frames that ran eagerly, and why
+)
+
+_logger = logging.getLogger("surge")
+
+
+def _selected() -> set[str]:
+    raw = os.environ.get("SURGE_LOGS", "")
+    names = {part.strip() for part in raw.split(",") if part.strip()}
+    if "all" in names:
+        return set(CHANNELS)
+    return names
+
+
+def enabled(channel: str) -> bool:
+    assert channel in CHANNELS, f"unknown log channel {channel!r}"
+    return channel in _selected()
+
+
+def log(channel: str, message: str) -> None:
+    """Print ``message`` under ``channel`` if that channel is selected."""
+    if enabled(channel):
+        print(f"[surge:{channel}] {message}", file=sys.stderr)
+
+
+def warn_once(key: str, message: str, _seen: set = set()) -> None:
+    """A warning that users see once per process, whatever the channels."""
+    if key in _seen:
+        return
+    _seen.add(key)
+    _logger.warning(message)

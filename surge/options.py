@@ -1,0 +1,82 @@
+"""One typed options object, passed down through every layer.
+
+Values come from three places, later ones winning: the defaults below, ``SURGE_*``
+environment variables, and the ``options=`` dict (plus the keyword arguments) of
+``surge.compile``. Nothing deep inside surge reads the environment itself: it is
+read here, once per ``surge.compile`` call, so a test can change it between calls.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Mapping
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    return raw.strip().lower() not in ("0", "false", "no", "off")
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return int(raw) if raw not in (None, "") else default
+
+
+def _env_str(name: str, default: str | None) -> str | None:
+    raw = os.environ.get(name)
+    return raw if raw not in (None, "") else default
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    # What the user asked for through surge.compile's keywords.
+    backend: Any = None
+    fullgraph: bool = False
+    dynamic: bool | None = None
+    mode: str | None = None
+
+    # Recompiles of one code object before surge gives up and runs it eagerly.
+    cache_size_limit: int = 8
+    # Random ops produce results bit-identical to eager under the same seed.
+    fallback_random: bool = False
+    # Write every compile's artifacts into one folder per compiled graph here.
+    debug_dir: str | None = None
+    # Where compiled kernels and autotuning results live across processes.
+    cache_dir: str | None = None
+    # Raise surge's own internal errors instead of falling back to eager
+    # (for developing surge; users want the fallback).
+    raise_internal_errors: bool = False
+
+    @staticmethod
+    def from_env() -> "Options":
+        return Options(
+            cache_size_limit=_env_int("SURGE_CACHE_SIZE_LIMIT", 8),
+            fallback_random=_env_bool("SURGE_FALLBACK_RANDOM", False),
+            debug_dir=_env_str("SURGE_DEBUG_DIR", None),
+            cache_dir=_env_str("SURGE_CACHE_DIR", None),
+            raise_internal_errors=_env_bool("SURGE_RAISE_INTERNAL_ERRORS", False),
+        )
+
+    def replace(self, **changes: Any) -> "Options":
+        return dataclasses.replace(self, **changes)
+
+    def with_user_options(self, user: Mapping[str, Any] | None) -> "Options":
+        """Apply an ``options=`` dict; unknown keys are an error, not ignored."""
+        if not user:
+            return self
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(user) - known)
+        if unknown:
+            raise ValueError(
+                f"surge.compile: unknown option(s) {unknown}; known options are {sorted(known)}"
+            )
+        return dataclasses.replace(self, **dict(user))
+
+
+def default_cache_dir(options: Options) -> str:
+    if options.cache_dir:
+        return options.cache_dir
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "surge")
