@@ -50,3 +50,24 @@ def build_options(*, backend, fullgraph, dynamic, mode, options) -> Options:
         lookup_backend(backend)  # fail now, at the user's call site, on a bad name
     opts = Options.from_env().with_user_options(options)
     return opts.replace(backend=backend, fullgraph=bool(fullgraph), dynamic=dynamic, mode=mode)
+
+
+def reset() -> None:
+    """Drop every compiled cache entry (the next call of each compiled function captures again)."""
+    from .frontend.cache import reset_all
+
+    reset_all()
+
+
+def explain(fn_or_module, *, backend=None, options: Mapping[str, Any] | None = None):
+    """``surge.explain(fn)(*args, **kwargs)`` runs one call and reports what capture produced:
+    graphs, guards, ops per graph, and why frames ran eagerly (with the user's file:line)."""
+    opts = build_options(backend=backend, fullgraph=False, dynamic=None, mode=None, options=options)
+    from .frontend.explain import explain as explain_impl
+
+    return explain_impl(fn_or_module, opts)
+
+
+def graph_break() -> None:
+    """Does nothing when run eagerly; inside compiled code it asks for a graph break
+    (until graph breaks land, the frame runs eagerly)."""

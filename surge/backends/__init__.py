@@ -18,6 +18,9 @@ Backend = Callable[[torch.fx.GraphModule, list], Callable]
 # name -> "module:attribute" of the backend, imported on first use.
 _LAZY_BACKENDS: dict[str, str] = {
     "eager": "surge.backends.eager:eager_backend",
+    "aot_eager": "surge.aot.backend:aot_eager_backend",
+    "cpp": "surge.backends.cpp:cpp_backend",
+    "triton": "surge.backends.triton:triton_backend",
 }
 _LOADED: dict[str, Backend] = {}
 

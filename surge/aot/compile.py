@@ -1,0 +1,127 @@
+"""Entry points of the aot layer: ``aot_compile`` and ``trace_aten``.
+
+``aot_compile`` traces a torch-level graph to ATen for the call it is given
+(inference, or joint forward+backward when grad is on and some input requires
+grad), runs the pass pipeline, hands each ATen graph to a compiler
+``(aten_gm, example_inputs) -> callable`` and returns a callable with the
+torch-level graph's calling convention. A later call whose grad-ness differs
+(grad mode, which inputs require grad) compiles that variant once and caches it.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import torch
+
+from .. import logs
+from ..options import Options
+from ..passes import PassContext, run_pipeline
+from .capture import _fetch, insert_copy_back, module_state, trace_program
+from .partition import partition_joint, prune_unused_saved
+from .runtime import InferenceRunner, TrainingRunner
+
+Compiler = Callable[[torch.fx.GraphModule, list], Callable]
+
+
+def trace_aten(gm: torch.fx.GraphModule, example_inputs, *, decompose: bool = True,
+               options: Options | None = None) -> torch.fx.GraphModule:
+    """The functional ATen graph of ``gm``, callable with ``gm``'s inputs.
+
+    Parameters and buffers stay get_attr nodes (live references to the module's
+    tensors); mutated inputs are copied back at the end. Outputs are flattened
+    into a tuple (``graph_module.meta["out_spec"]`` has the structure); unlike
+    aot_compile's graphs, an output that is a view of an input is returned as
+    that view node.
+    """
+    options = options or Options()
+    program = trace_program(gm, list(example_inputs), decompose=decompose, lift_state=False)
+    aten_gm = program.graph_module
+    output = next(n for n in reversed(aten_gm.graph.nodes) if n.op == "output")
+    mutated_values = list(output.args[0])[: len(program.mutated_inputs)]
+    output.args = (tuple(mutated_values) + tuple(program.user_output_nodes),)
+    insert_copy_back(aten_gm, program.mutated_inputs, program.input_names)
+    aten_gm = run_pipeline(aten_gm, PassContext(keep_random=options.fallback_random, graph_name="aten"))
+    aten_gm.meta["out_spec"] = program.out_spec
+    return aten_gm
+
+
+def aot_compile(gm: torch.fx.GraphModule, example_inputs, *, fw_compiler: Compiler,
+                bw_compiler: Compiler | None = None, options: Options | None = None) -> Callable:
+    compiled = AotCompiled(gm, fw_compiler, bw_compiler or fw_compiler, options or Options())
+    compiled.variant_for(list(example_inputs) + compiled.state_values())
+    return compiled
+
+
+class AotCompiled:
+    """The callable aot_compile returns; one compiled variant per grad-ness."""
+
+    def __init__(self, gm, fw_compiler: Compiler, bw_compiler: Compiler, options: Options):
+        self.gm = gm
+        self.fw_compiler = fw_compiler
+        self.bw_compiler = bw_compiler
+        self.options = options
+        self.state_names = [names[0] for names, _ in module_state(gm)]
+        self.num_user_inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+        self.variants: dict[tuple, Callable] = {}
+
+    def state_values(self) -> list:
+        return [_fetch(self.gm, name) for name in self.state_names]
+
+    def __call__(self, *args):
+        inputs = list(args) + self.state_values()
+        return self.variant_for(inputs)(inputs)
+
+    def variant_for(self, inputs: list):
+        flags = tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
+        training = torch.is_grad_enabled() and any(flags)
+        key = flags if training else ()
+        runner = self.variants.get(key)
+        if runner is None:
+            start = time.perf_counter()
+            runner = self._compile_training(inputs, list(flags)) if training else self._compile_inference(inputs)
+            self.variants[key] = runner
+            logs.log("perf", f"aot: {'training' if training else 'inference'} graphs in "
+                             f"{time.perf_counter() - start:.3f}s")
+        return runner
+
+    def _user_inputs(self, inputs):
+        return inputs[: self.num_user_inputs]
+
+    def _compile_inference(self, inputs) -> InferenceRunner:
+        with torch.no_grad():
+            program = trace_program(self.gm, self._user_inputs(inputs), lift_state=True)
+        forward = program.graph_module
+        insert_copy_back(forward, program.mutated_inputs, program.input_names)
+        forward = self._passes(forward, "forward")
+        logs.log("aot", f"inference graph:\n{forward.print_readable(print_output=False)}")
+        return InferenceRunner(program, self.fw_compiler(forward, inputs))
+
+    def _compile_training(self, inputs, flags) -> TrainingRunner:
+        program = trace_program(self.gm, self._user_inputs(inputs), lift_state=True, grad_inputs=flags)
+        joint = self._passes(program.graph_module, "joint")
+        logs.log("aot", f"joint graph:\n{joint.print_readable(print_output=False)}")
+        parts = partition_joint(joint, num_inputs=program.num_inputs, num_tangents=program.num_tangents,
+                                num_forward_outputs=len(program.mutated_inputs) + program.num_values)
+        forward, backward = parts.forward, parts.backward
+        insert_copy_back(forward, program.mutated_inputs, program.input_names)
+        forward = self._passes(forward, "forward")
+        backward = self._passes(backward, "backward")
+        prune_unused_saved(forward, backward, num_values=program.num_values)
+        logs.log("aot", f"partition saves {parts.num_saved} tensors ({parts.saved_bytes} bytes)\n"
+                        f"forward graph:\n{forward.print_readable(print_output=False)}\n"
+                        f"backward graph:\n{backward.print_readable(print_output=False)}")
+        bw_inputs = [_example_like(n.meta["val"], n.meta["device"])
+                     for n in backward.graph.nodes if n.op == "placeholder"]
+        return TrainingRunner(program, self.fw_compiler(forward, inputs),
+                              self.bw_compiler(backward, bw_inputs))
+
+    def _passes(self, gm, name: str):
+        return run_pipeline(gm, PassContext(keep_random=self.options.fallback_random, graph_name=name))
+
+
+
+def _example_like(meta: torch.Tensor, device) -> torch.Tensor:
+    # The backward's inputs do not exist yet at compile time: give its compiler
+    # uninitialized tensors of the right layout on the real device.
+    return torch.empty_strided(tuple(meta.shape), tuple(meta.stride()), dtype=meta.dtype, device=device)

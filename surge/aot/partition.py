@@ -1,0 +1,281 @@
+"""Split a joint forward+backward graph into a forward and a backward graph.
+
+Which intermediates does the forward save for the backward? Saving costs memory
+from forward to backward; recomputing costs time in the backward. surge decides
+with a minimum cut over bytes (the idea of activation-checkpointing partitioners):
+
+- Each tensor node ``n`` becomes an edge ``n_in -> n_out`` whose capacity is the
+  bytes it would take to save it (graph inputs cost nothing: they are alive
+  anyway). Data edges ``n_out -> user_in`` are infinite.
+- The source feeds every graph input and every node that must not be
+  recomputed: anything that is not cheap pointwise/view work (matmul,
+  convolution, reductions, random ops, extern calls).
+- Every node of the backward proper (one that depends on a tangent) drains into
+  the sink.
+
+The saved values are the cut edges: the cheapest set of tensors that separates
+what the forward computes from what the backward needs. Pointwise work between
+a saved tensor and its backward use is recomputed in the backward.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import operator
+
+import torch
+import torch.fx
+
+from ..passes.dce import eliminate_dead_code
+from .decompositions import packet_name
+from .functionalize import is_view_op
+
+INF = float("inf")
+
+# Non-pointwise ops that are still cheap to recompute from their inputs.
+_CHEAP = frozenset({"_to_copy", "clone", "full", "scalar_tensor", "iota", "arange",
+                    "expand", "cat", "constant_pad_nd", "where"})
+
+
+@dataclasses.dataclass
+class Partition:
+    forward: torch.fx.GraphModule    # inputs -> forward outputs + saved values
+    backward: torch.fx.GraphModule   # saved values + tangents -> gradients
+    num_saved: int
+    saved_bytes: int
+
+
+def is_recomputable(node: torch.fx.Node) -> bool:
+    if node.target is operator.getitem:
+        return True
+    op = node.target
+    if not isinstance(op, torch._ops.OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded in op.tags:
+        return False
+    return torch.Tag.pointwise in op.tags or is_view_op(op) or packet_name(op) in _CHEAP
+
+
+def tensor_bytes(node: torch.fx.Node) -> float:
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return val.numel() * val.element_size()
+    return INF  # tuples and scalars cannot be saved; their getitems can
+
+
+def partition_joint(joint: torch.fx.GraphModule, *, num_inputs: int, num_tangents: int,
+                    num_forward_outputs: int) -> Partition:
+    graph = joint.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    primals, tangents = placeholders[:num_inputs], placeholders[num_inputs:num_inputs + num_tangents]
+    output_node = next(n for n in reversed(graph.nodes) if n.op == "output")
+    results = list(output_node.args[0])
+    fw_outputs, grads = results[:num_forward_outputs], results[num_forward_outputs:]
+
+    needs_tangent = _descendants(tangents)
+    bw_ancestors = _ancestors([n for n in grads if n is not None])
+    saved = _min_cut_saved(primals, bw_ancestors, needs_tangent,
+                           [n for n in grads if n is not None])
+
+    forward = _extract(joint, primals, fw_outputs + saved)
+    backward = _extract(joint, saved + tangents, grads, order_by=needs_tangent)
+    return Partition(forward, backward, len(saved), int(sum(tensor_bytes(n) for n in saved)))
+
+
+def _min_cut_saved(primals, bw_ancestors, needs_tangent, grads):
+    flow = _FlowNetwork()
+    region = [n for n in bw_ancestors if n not in needs_tangent and n.op != "get_attr"]
+    primal_set = set(primals)
+    for n in region:
+        weight = 0.0 if n in primal_set else tensor_bytes(n)
+        flow.add_edge((n, "in"), (n, "out"), weight)
+        if n in primal_set or not is_recomputable(n):
+            flow.add_edge("source", (n, "in"), INF)
+        for user in n.users:
+            if user in needs_tangent:
+                flow.add_edge((n, "out"), "sink", INF)
+            elif user in bw_ancestors:
+                flow.add_edge((n, "out"), (user, "in"), INF)
+    for g in grads:
+        if g not in needs_tangent and g.op != "get_attr":
+            flow.add_edge((g, "out"), "sink", INF)
+    reachable = flow.min_cut_source_side("source", "sink")
+    order = {n: i for i, n in enumerate(region)}
+    saved = [n for n in region if (n, "in") in reachable and (n, "out") not in reachable]
+    return sorted(saved, key=order.__getitem__)
+
+
+def _descendants(roots) -> set:
+    seen, stack = set(), list(roots)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(n.users)
+    return seen
+
+
+def _ancestors(roots) -> set:
+    seen, stack = set(), list(roots)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(n.all_input_nodes)
+    return seen
+
+
+def _extract(joint: torch.fx.GraphModule, inputs, outputs, *, order_by=None) -> torch.fx.GraphModule:
+    """A graph computing ``outputs`` from ``inputs`` with the joint graph's nodes.
+
+    Nodes keep the joint graph's order, except with ``order_by``: then each node
+    of ``order_by`` (in its order) is emitted right after the nodes it needs, so
+    work recomputed in the backward happens just before its first use instead of
+    all at the start (which would keep every recomputed tensor alive at once).
+    """
+    needed = _ancestors_until([n for n in outputs if n is not None], set(inputs))
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for n in inputs:
+        env[n] = graph.placeholder(n.name)
+        env[n].meta = dict(n.meta)
+    attrs = {}
+
+    def emit(root):
+        stack = [root]
+        while stack:
+            n = stack[-1]
+            if n in env:
+                stack.pop()
+                continue
+            pending = [i for i in n.all_input_nodes if i not in env]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            env[n] = graph.node_copy(n, env.__getitem__)
+            if n.op == "get_attr":
+                attrs[n.target] = getattr(joint, n.target)
+
+    drivers = [n for n in joint.graph.nodes if n in needed and n.op != "output"]
+    if order_by is not None:
+        drivers = [n for n in drivers if n in order_by] + [n for n in outputs if n is not None]
+    for n in drivers:
+        emit(n)
+    graph.output(tuple(env[n] if n is not None else None for n in outputs))
+    return torch.fx.GraphModule(attrs, graph)
+
+
+def _ancestors_until(roots, stop: set) -> set:
+    seen, stack = set(), list(roots)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n not in stop:
+            stack.extend(n.all_input_nodes)
+    return seen
+
+
+class _FlowNetwork:
+    """Max-flow (Dinic) on a small directed graph, for the min cut above."""
+
+    def __init__(self):
+        self.adj: dict = collections.defaultdict(list)   # vertex -> [edge ids]
+        self.head: list = []
+        self.cap: list[float] = []
+
+    def add_edge(self, u, v, capacity: float) -> None:
+        self.adj[u].append(len(self.head))
+        self.head.append(v)
+        self.cap.append(capacity)
+        self.adj[v].append(len(self.head))
+        self.head.append(u)
+        self.cap.append(0.0)
+
+    def _levels(self, s, t):
+        level = {s: 0}
+        queue = collections.deque([s])
+        while queue:
+            u = queue.popleft()
+            for e in self.adj[u]:
+                v = self.head[e]
+                if self.cap[e] > 0 and v not in level:
+                    level[v] = level[u] + 1
+                    queue.append(v)
+        return level if t in level else None
+
+    def _push(self, s, t, level, cursor) -> float:
+        # Iterative DFS for one augmenting path in the level graph.
+        path, u = [], s
+        while True:
+            if u == t:
+                amount = min(self.cap[e] for e in path)
+                for e in path:
+                    self.cap[e] -= amount
+                    self.cap[e ^ 1] += amount
+                return amount
+            edges = self.adj[u]
+            advanced = False
+            while cursor[u] < len(edges):
+                e = edges[cursor[u]]
+                v = self.head[e]
+                if self.cap[e] > 0 and level.get(v) == level[u] + 1:
+                    path.append(e)
+                    u = v
+                    advanced = True
+                    break
+                cursor[u] += 1
+            if not advanced:
+                if not path:
+                    return 0.0
+                level[u] = -1  # dead end: prune it
+                e = path.pop()
+                u = self.head[e ^ 1]
+                cursor[u] += 1
+
+    def min_cut_source_side(self, s, t) -> set:
+        if s not in self.adj or t not in self.adj:
+            return set(self.adj) - {t}
+        while True:
+            level = self._levels(s, t)
+            if level is None:
+                break
+            cursor = collections.defaultdict(int)
+            while True:
+                pushed = self._push(s, t, level, cursor)
+                if pushed == 0:
+                    break
+                if pushed == INF:
+                    raise AssertionError("partitioner: no finite cut between forward and backward")
+        seen, stack = {s}, [s]
+        while stack:
+            u = stack.pop()
+            for e in self.adj[u]:
+                v = self.head[e]
+                if self.cap[e] > 0 and v not in seen:
+                    seen.add(v)
+                    stack.append(v)
+        return seen
+
+
+def prune_unused_saved(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule, *,
+                       num_values: int) -> None:
+    """Drop saved values the (optimized) backward no longer reads, from both graphs."""
+    placeholders = [n for n in backward.graph.nodes if n.op == "placeholder"]
+    output = next(n for n in reversed(forward.graph.nodes) if n.op == "output")
+    results = list(output.args[0])
+    saved = results[num_values:]
+    keep = [i for i, p in enumerate(placeholders[: len(saved)]) if p.users]
+    if len(keep) == len(saved):
+        return
+    for p in placeholders[: len(saved)]:
+        if not p.users:
+            backward.graph.erase_node(p)
+    output.args = (tuple(results[:num_values] + [saved[i] for i in keep]),)
+    # Random ops stay: removing one would shift the RNG stream of later ones.
+    eliminate_dead_code(forward, keep_random=True)
+    backward.recompile()

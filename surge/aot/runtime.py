@@ -1,0 +1,150 @@
+"""Running compiled ATen graphs as eager would: outputs, aliases and autograd.
+
+``InferenceRunner`` calls the forward graph. ``TrainingRunner`` wraps forward and
+backward graphs in a ``torch.autograd.Function``, so eager autograd drives the
+compiled backward: gradient accumulation, ``retain_graph``, inputs that do not
+require grad and non-differentiable outputs behave as for any autograd
+Function. Double backward through a compiled region raises a clear error.
+
+Both rebuild the user's outputs from the graph's values with ``assemble_outputs``:
+views of inputs are replayed on the real inputs (after the graph copied mutated
+inputs back), so they alias the inputs exactly as eager's outputs do.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.utils import _pytree as pytree
+
+from ..errors import SurgeError
+from .boxed import call_compiled
+from .capture import OutputSpec, TracedProgram
+
+
+def _replay(tensor, chain):
+    for step in chain:
+        tensor = step.apply(tensor)
+    return tensor
+
+
+def assemble_outputs(program: TracedProgram, inputs, values):
+    flat = []
+    for spec in program.outputs:
+        flat.append(_ASSEMBLERS[spec.kind](spec, inputs, values))
+    return pytree.tree_unflatten(flat, program.out_spec)
+
+
+_ASSEMBLERS: dict[str, Callable[[OutputSpec, list, list], object]] = {
+    "graph": lambda spec, inputs, values: values[spec.index],
+    "input_view": lambda spec, inputs, values: _replay(inputs[spec.index], spec.chain),
+    "output_view": lambda spec, inputs, values: _replay(values[spec.index], spec.chain),
+    "constant_view": lambda spec, inputs, values: _replay(spec.value, spec.chain),
+    "constant": lambda spec, inputs, values: spec.value,
+}
+
+
+class InferenceRunner:
+    """Forward only: no autograd graph is recorded around the compiled call."""
+
+    def __init__(self, program: TracedProgram, forward: Callable):
+        self.program = program
+        self.forward = forward
+
+    def __call__(self, inputs: list):
+        values = call_compiled(self.forward, list(inputs))
+        return assemble_outputs(self.program, inputs, values)
+
+
+class TrainingRunner:
+    """Forward and backward graphs behind one ``torch.autograd.Function``."""
+
+    def __init__(self, program: TracedProgram, forward: Callable, backward: Callable):
+        self.program = program
+        self.forward = forward
+        self.backward = backward
+        self.num_values = program.num_values
+        self.differentiable = program.value_requires_grad
+        self.grad_inputs = program.grad_inputs
+
+    def __call__(self, inputs: list):
+        values = CompiledFunction.apply(self, *inputs)
+        return assemble_outputs(self.program, inputs, values)
+
+
+class CompiledFunction(torch.autograd.Function):
+    """Saved tensors live on ``ctx.stash`` rather than in ``save_for_backward``.
+
+    That lets the backward graph free each one after its last use (boxed call),
+    and drop them all once the backward ran unless the graph is retained. The
+    checks that ``save_for_backward`` would do (in-place modification, a second
+    backward) are done here. Saved tensors that share storage with an output do
+    go through ``save_for_backward``: holding them on ctx would make a reference
+    cycle through the output's grad_fn. So do all of them while saved-tensor
+    hooks are active, so that the hooks see every saved tensor.
+    """
+
+    @staticmethod
+    def forward(ctx, runner: TrainingRunner, *inputs):
+        results = call_compiled(runner.forward, list(inputs))
+        values, saved = results[: runner.num_values], results[runner.num_values:]
+        if _saved_tensor_hooks_active():
+            # The user packs saved tensors (offloading, checkpointing): all go
+            # through save_for_backward, where the hooks see them.
+            through_ctx = list(range(len(saved)))
+        else:
+            output_storages = {v.untyped_storage().data_ptr() for v in values if isinstance(v, torch.Tensor)}
+            through_ctx = [i for i, t in enumerate(saved) if t.untyped_storage().data_ptr() in output_storages]
+        ctx.save_for_backward(*[saved[i] for i in through_ctx])
+        ctx.stash = list(saved)
+        for i in through_ctx:
+            ctx.stash[i] = None
+        ctx.versions = [t._version if t is not None else 0 for t in ctx.stash]
+        ctx.runner = runner
+        ctx.num_inputs = len(inputs)
+        ctx.mark_non_differentiable(*[
+            v for v, d in zip(values, runner.differentiable) if isinstance(v, torch.Tensor) and not d])
+        return tuple(values)
+
+    @staticmethod
+    def backward(ctx, *grad_values):
+        if torch.is_grad_enabled():
+            raise SurgeError(
+                "double backward (create_graph=True, or differentiating a gradient) through a "
+                "surge-compiled region is not supported; compute higher-order gradients eagerly")
+        runner: TrainingRunner = ctx.runner
+        args = _saved_tensors(ctx)
+        if not _graph_retained():
+            ctx.stash = None
+        args += [g.contiguous() for g, d in zip(grad_values, runner.differentiable) if d]
+        grads = call_compiled(runner.backward, args)
+        result = [None] * (1 + ctx.num_inputs)
+        for index, grad in zip(runner.grad_inputs, grads):
+            result[1 + index] = grad
+        return tuple(result)
+
+
+def _saved_tensors(ctx) -> list:
+    if ctx.stash is None:
+        raise RuntimeError(
+            "Trying to backward through the graph a second time (or directly access saved tensors "
+            "after they have already been freed). Specify retain_graph=True if you need to backward "
+            "through the graph a second time.")
+    for t, version in zip(ctx.stash, ctx.versions):
+        if t is not None and t._version != version:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: a tensor of shape {tuple(t.shape)} saved by a surge-compiled "
+                f"region is at version {t._version}; expected version {version} instead.")
+    from_ctx = iter(ctx.saved_tensors)
+    return [t if t is not None else next(from_ctx) for t in ctx.stash]
+
+
+def _saved_tensor_hooks_active() -> bool:
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    return True if top is None else top(False) is not None
+
+
+def _graph_retained() -> bool:
+    keep_graph = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return True if keep_graph is None else bool(keep_graph())

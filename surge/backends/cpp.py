@@ -1,0 +1,151 @@
+"""The "cpp" backend: ATen graphs to fused C++/OpenMP kernels, built with the system compiler.
+
+``compile_aten_graph_cpp`` is the whole pipeline for one ATen graph: lowering
+and scheduling (shared with the Triton backend), C++ generation, the compiler,
+and ctypes. Two disk caches make a second process fast: the generated host
+module per graph (no lowering, scheduling or codegen) and the compiled library
+per C++ source (no compiler run). ``cpp_backend`` is the torch.compile-protocol
+entry; with no working C++ compiler it warns once and falls back to "aot_eager".
+
+The compiler is ``$SURGE_CXX`` (default ``g++``), read once per backend call.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import warnings
+
+import torch
+
+from .. import logs
+from ..errors import SurgeError
+from ..options import Options, default_cache_dir
+
+
+class CompilerUnavailable(SurgeError):
+    """No working C++ compiler: the cpp backend cannot build kernels here."""
+
+
+@dataclasses.dataclass
+class CompiledCppGraph:
+    """A compiled ATen graph: call it with the graph's inputs."""
+    call: object
+    constants: list
+    module: object               # the generated host module (holds CPP_SOURCE)
+    source: str                  # the host module's text
+    path: str
+    schedule: object = None      # None when the module came from the disk cache
+    cache_hit: bool = False      # the host module came from the disk cache
+    compiled: bool = False       # the C++ compiler ran for this graph
+    compile_seconds: float = 0.0
+
+    def __call__(self, *args):
+        if self.constants:
+            return self.call(list(args) + self.constants)
+        return self.call(list(args))
+
+    @property
+    def kernel_names(self) -> list:
+        return list(self.module.KERNELS)
+
+    @property
+    def cpp_source(self) -> str:
+        return self.module.CPP_SOURCE
+
+
+def _constants_of(gm: torch.fx.GraphModule) -> list:
+    return [getattr(gm, n.target) for n in gm.graph.nodes
+            if n.op == "get_attr" and isinstance(getattr(gm, n.target), torch.Tensor)]
+
+
+def _toolchain(cxx: str | None, cache_dir: str):
+    from ..runtime.cpp_build import DEFAULT_CXX, find_toolchain
+
+    toolchain = find_toolchain(cxx, cache_dir)
+    if toolchain is None:
+        raise CompilerUnavailable(f"no working C++ compiler {cxx or DEFAULT_CXX!r} (set SURGE_CXX to one)")
+    return toolchain
+
+
+def compile_aten_graph_cpp(aten_gm: torch.fx.GraphModule, example_inputs, options: Options | None = None, *,
+                           cxx: str | None = None) -> CompiledCppGraph:
+    """Lower, schedule, generate C++ for and build one ATen graph; reuse the disk caches."""
+    return compile_aten_graphs_cpp([(aten_gm, example_inputs)], options, cxx=cxx)[0]
+
+
+def compile_aten_graphs_cpp(graphs, options: Options | None = None, *, cxx: str | None = None) -> list:
+    """Several ``(aten_gm, example_inputs)`` into one library: one compiler run for all of them."""
+    from ..codegen.cpp.module import PRELUDE
+    from ..runtime.cpp_build import load_library
+
+    start = time.perf_counter()
+    options = options or Options.from_env()
+    cache_dir = default_cache_dir(options)
+    toolchain = _toolchain(cxx, cache_dir)
+    prepared = [_host_module(gm, inputs, options, cache_dir, toolchain, f"g{k}_" if len(graphs) > 1 else "")
+                for k, (gm, inputs) in enumerate(graphs)]
+    library = PRELUDE + "\n".join(p["module"].CPP_SOURCE for p in prepared)
+    lib, compiled = load_library(library, toolchain, cache_dir)
+    elapsed = time.perf_counter() - start
+    logs.log("perf", f"cpp: {len(graphs)} graph(s) in {elapsed * 1000:.1f} ms "
+                     f"({'compiled' if compiled else 'cached library'})")
+    return [CompiledCppGraph(p["module"].make_call(lib), p["constants"], p["module"], p["source"], p["path"],
+                             p["schedule"], p["hit"], compiled, elapsed) for p in prepared]
+
+
+def _host_module(aten_gm, example_inputs, options: Options, cache_dir: str, toolchain, prefix: str) -> dict:
+    """The graph's generated host module: from the disk cache, or lowered, scheduled and generated."""
+    from ..codegen.cpp.host import generate_host_module
+    from ..codegen.cpp.module import generate_cpp_module
+    from ..lowering.lower import lower_graph
+    from ..runtime import code_cache
+    from ..schedule import schedule_graph
+
+    constants = _constants_of(aten_gm)
+    key = code_cache.graph_key(aten_gm, example_inputs, constants,
+                               ("cpp", prefix, toolchain.version, toolchain.cpu, toolchain.vector_math))
+    path = os.path.join(cache_dir, "cpp_graphs", f"{key}.py")
+    schedule, hit = None, os.path.exists(path)
+    if hit:
+        with open(path) as f:
+            source = f.read()
+    else:
+        graph, _ = lower_graph(aten_gm, example_inputs)
+        if graph.device.type != "cpu":
+            raise SurgeError(f"the cpp backend runs CPU tensors, this graph's are on {graph.device}")
+        schedule = schedule_graph(graph)
+        source = generate_host_module(schedule, generate_cpp_module(schedule, prefix))
+        code_cache.write_module(path, source)
+    logs.log("output_code", f"{path}\n{source}")
+    if options.debug_dir:
+        os.makedirs(options.debug_dir, exist_ok=True)
+        with open(os.path.join(options.debug_dir, f"graph_{key[:12]}_cpp.py"), "w") as f:
+            f.write(source)
+    module = code_cache.load_module(path)
+    return dict(module=module, source=source, path=path, schedule=schedule, hit=hit, constants=constants)
+
+
+_WARNED: set = set()
+
+
+def cpp_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Options | None = None):
+    """torch.compile backend protocol: ``cpp_backend(gm, example_inputs) -> callable``."""
+    from ..aot import aot_compile
+    from ..aot.backend import aot_eager_backend
+
+    options = options or Options.from_env()
+    cxx = os.environ.get("SURGE_CXX") or None
+    try:
+        _toolchain(cxx, default_cache_dir(options))
+    except CompilerUnavailable as why:
+        if cxx not in _WARNED:
+            _WARNED.add(cxx)
+            warnings.warn(f"surge: {why}; the cpp backend falls back to 'aot_eager' (no generated kernels)",
+                          RuntimeWarning, stacklevel=2)
+        logs.log("fallbacks", f"cpp backend: {why}; using aot_eager")
+        return aot_eager_backend(gm, example_inputs, options=options)
+
+    def compiler(aten_gm, inputs):
+        return compile_aten_graph_cpp(aten_gm, inputs, options, cxx=cxx)
+    return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler, options=options)

@@ -1,0 +1,102 @@
+"""The "triton" backend: ATen graphs to fused Triton kernels and a host wrapper.
+
+``compile_aten_graph`` is the whole pipeline for one ATen graph
+(lowering -> schedule -> Triton codegen -> load), with an on-disk cache of the
+generated module. ``triton_backend`` is the torch.compile-protocol entry: the
+aot layer turns the captured graph into ATen graphs (forward and backward) and
+hands each to ``compile_aten_graph``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+import torch
+
+from .. import logs
+from ..options import Options, default_cache_dir
+
+PERSISTENT_REDUCTION_LIMIT = 8192   # rows up to this many elements are reduced in one tile
+
+
+@dataclasses.dataclass
+class CompiledGraph:
+    """A compiled ATen graph: call it with the graph's inputs."""
+    call: object
+    constants: list
+    module: object
+    source: str
+    path: str
+    schedule: object = None       # None when the module came from the disk cache
+    cache_hit: bool = False
+    compile_seconds: float = 0.0
+
+    def __call__(self, *args):
+        if self.constants:
+            return self.call(list(args) + self.constants)
+        return self.call(list(args))
+
+    @property
+    def kernel_names(self) -> list:
+        return list(self.module.KERNELS)
+
+
+def _constants_of(gm: torch.fx.GraphModule) -> list:
+    out = []
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = getattr(gm, node.target)
+            if isinstance(value, torch.Tensor):
+                out.append(value)
+    return out
+
+
+def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Options | None = None, *,
+                       persistent_limit: int = PERSISTENT_REDUCTION_LIMIT) -> CompiledGraph:
+    """Lower, schedule and generate code for one ATen graph; reuse the disk cache when it can."""
+    from ..codegen.triton.module import generate_module
+    from ..lowering.lower import lower_graph
+    from ..runtime import code_cache
+    from ..runtime.launcher import make_launcher
+    from ..runtime.triton_mode import interpreting
+    from ..schedule import schedule_graph
+
+    start = time.perf_counter()
+    options = options or Options.from_env()
+    cache_dir = default_cache_dir(options)
+    constants = _constants_of(aten_gm)
+    key = code_cache.graph_key(aten_gm, example_inputs, constants, (persistent_limit, interpreting()))
+    path = code_cache.module_path(cache_dir, key)
+    schedule, hit = None, os.path.exists(path)
+    if hit:
+        with open(path) as f:
+            source = f.read()
+    else:
+        graph, _ = lower_graph(aten_gm, example_inputs)
+        schedule = schedule_graph(graph)
+        source, _ = generate_module(schedule, persistent_limit)
+        code_cache.write_module(path, source)
+    logs.log("output_code", f"{path}\n{source}")
+    if options.debug_dir:
+        os.makedirs(options.debug_dir, exist_ok=True)
+        with open(os.path.join(options.debug_dir, f"graph_{key[:12]}.py"), "w") as f:
+            f.write(source)
+    module = code_cache.load_module(path)
+    launchers = {name: make_launcher(getattr(module, name), name, meta, source, cache_dir)
+                 for name, meta in module.KERNELS.items()}
+    call = module.make_call(launchers)
+    elapsed = time.perf_counter() - start
+    logs.log("perf", f"compiled graph {key[:12]} in {elapsed * 1000:.1f} ms ({'disk cache' if hit else 'fresh'})")
+    return CompiledGraph(call, constants, module, source, path, schedule, hit, elapsed)
+
+
+def triton_backend(gm: torch.fx.GraphModule, example_inputs: list):
+    """torch.compile backend protocol: ``triton_backend(gm, example_inputs) -> callable``."""
+    from ..aot import aot_compile
+
+    options = Options.from_env()
+
+    def compiler(aten_gm, inputs):
+        return compile_aten_graph(aten_gm, inputs, options)
+    return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler, options=options)

@@ -1,0 +1,1 @@
+"""Code generation: loop-IR kernel groups to kernel source, and the host wrapper."""

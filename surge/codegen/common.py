@@ -1,0 +1,174 @@
+"""What every code generator needs from a kernel group, independent of the target.
+
+``prepare_kernel`` turns a scheduled group into a ``KernelPlan``:
+
+- each member's value and store index rewritten into kernel index symbols
+  (``x0, x1, ...`` parallel, ``r0, r1, ...`` reduced);
+- adjacent loop dimensions merged wherever every index in the kernel is affine
+  in them with contiguous coefficients (a contiguous [N, D] loop becomes one
+  loop over N*D; a broadcast bias keeps two), so indices need few divisions;
+- the stages of a looped reduction (reductions that need earlier reductions
+  run in later passes over r).
+
+``format_index`` prints an index expression in the Python/C-like syntax both
+Triton and C++ accept.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import sympy
+
+from ..lowering.ir import ComputedBuffer
+from ..lowering.sizes import FloorDiv, Mod, index_symbol, linear_coefficient, product
+from ..lowering.values import IndexValue, Load, substitute_index, walk
+from ..schedule.groups import KernelGroup, var_mapping
+
+
+@dataclasses.dataclass(eq=False)
+class Member:
+    buffer: ComputedBuffer
+    role: str              # "reduction" | "xr" | "x"
+    value: object          # Value in kernel symbols
+    store_index: sympy.Expr
+    stored: bool
+    stage: int = 0         # for reductions: the pass over r that computes it
+
+
+@dataclasses.dataclass(eq=False)
+class KernelPlan:
+    group: KernelGroup
+    x_sizes: tuple
+    r_sizes: tuple
+    members: list          # Member, in dependency order
+
+    @property
+    def xnumel(self) -> sympy.Expr:
+        return product(self.x_sizes)
+
+    @property
+    def rnumel(self) -> sympy.Expr:
+        return product(self.r_sizes)
+
+    @property
+    def is_reduction(self) -> bool:
+        return bool(self.r_sizes)
+
+    def member(self, name: str):
+        for m in self.members:
+            if m.buffer.name == name:
+                return m
+        return None
+
+    @property
+    def num_stages(self) -> int:
+        return 1 + max((m.stage for m in self.members if m.role == "reduction"), default=-1)
+
+
+def _merge_dims(sizes, symbols, exprs):
+    """Merge adjacent dims where every expr is affine with contiguous coefficients.
+
+    Returns the merged sizes and, per merged dim, the symbol that carries it:
+    where ``outer * size_inner + inner`` is the merged index, every expr reads
+    ``outer`` only through that sum, so ``outer`` is set to 0 and ``inner``
+    runs over both.
+    """
+    dims = list(zip(symbols, sizes))
+    merged = True
+    while merged and len(dims) > 1:
+        merged = False
+        for k in range(len(dims) - 1):
+            (outer, so), (inner, si) = dims[k], dims[k + 1]
+            if all(_contiguous_pair(e, outer, inner, si) for e in exprs):
+                exprs = [e.xreplace({outer: sympy.Integer(0)}) for e in exprs]
+                dims[k:k + 2] = [(inner, so * si)]
+                merged = True
+                break
+    return [size for _, size in dims], [s for s, _ in dims]
+
+
+def _contiguous_pair(expr, outer, inner, inner_size) -> bool:
+    co, ci = linear_coefficient(expr, outer), linear_coefficient(expr, inner)
+    return co is not None and ci is not None and sympy.expand(co - ci * inner_size) == 0
+
+
+def prepare_kernel(group: KernelGroup) -> KernelPlan:
+    n_x = len(group.x_ranges)
+    raw = []
+    for node in group.nodes:
+        role = group.role(node)
+        mapping = var_mapping(node, role, n_x)
+        raw.append((node, role, substitute_index(node.value, mapping), node.store_index().xreplace(mapping)))
+    in_group = {n.name for n in group.nodes}
+    exprs = []
+    for node, role, value, store in raw:
+        exprs.append(store)
+        exprs.extend(e for name, e in _loads_and_indices(value) if name not in in_group)
+    subst, sizes_out = {}, {}
+    for prefix, sizes in (("x", group.x_ranges), ("r", group.r_ranges)):
+        symbols = [index_symbol(prefix, k) for k in range(len(sizes))]
+        new_sizes, kept = _merge_dims(list(sizes), symbols, exprs)
+        dense = {old: index_symbol(prefix, k) for k, old in enumerate(kept)}
+        for s in symbols:
+            subst[s] = dense.get(s, sympy.Integer(0))
+        sizes_out[prefix] = tuple(new_sizes) if symbols else ()
+    members = [Member(node, role, substitute_index(value, subst), store.xreplace(subst), node.name in group.stores)
+               for node, role, value, store in raw]
+    x_sizes, r_sizes = sizes_out["x"], sizes_out["r"]
+    plan = KernelPlan(group, tuple(x_sizes), tuple(r_sizes), members)
+    _assign_stages(plan)
+    return plan
+
+
+def _loads_and_indices(value):
+    for v in walk(value):
+        if isinstance(v, Load):
+            yield v.buffer, v.index
+        elif isinstance(v, IndexValue):
+            yield None, v.expr
+
+
+def _assign_stages(plan: KernelPlan) -> None:
+    """A reduction that reads an earlier reduction's result runs in a later pass over r."""
+    ready: dict[str, int] = {}   # member -> first pass in which its value is available
+
+    def available(dep: str) -> int:
+        return ready[dep] + 1 if plan.member(dep).role == "reduction" else ready[dep]
+
+    for m in plan.members:
+        deps = {ld.buffer for ld in walk(m.value) if isinstance(ld, Load) and plan.member(ld.buffer)}
+        first = max((available(d) for d in deps), default=0)
+        if m.role == "reduction":
+            m.stage = first
+        ready[m.buffer.name] = first
+
+
+def format_index(expr: sympy.Expr, names: dict | None = None) -> str:
+    """``expr`` in the integer syntax shared by Triton and C (non-negative operands)."""
+    names = names or {}
+    if expr.is_Integer:
+        return str(int(expr))
+    if expr.is_Symbol:
+        return names.get(expr, expr.name)
+    if isinstance(expr, FloorDiv):
+        return f"({format_index(expr.args[0], names)} // {format_index(expr.args[1], names)})"
+    if isinstance(expr, Mod):
+        return f"({format_index(expr.args[0], names)} % {format_index(expr.args[1], names)})"
+    if expr.is_Add:
+        terms = [format_index(a, names) for a in sorted(expr.args, key=sympy.default_sort_key)]
+        out = terms[0]
+        for t in terms[1:]:
+            out += f" - {t[1:]}" if t.startswith("-") else f" + {t}"
+        return f"({out})" if len(terms) > 1 else out
+    if expr.is_Mul:
+        coeff, rest = expr.as_coeff_Mul()
+        body = "*".join(format_index(a, names) for a in sympy.Mul.make_args(rest))
+        if coeff == 1:
+            return body
+        if coeff == -1:
+            return f"-{body}"
+        return f"{int(coeff)}*{body}"
+    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
+        return "*".join([format_index(expr.base, names)] * int(expr.exp))
+    raise NotImplementedError(f"cannot print index expression {expr}")
+

@@ -1,0 +1,395 @@
+"""Generate one C++ kernel function from a ``KernelPlan``.
+
+Pointwise kernels are a loop nest over the x dims: the outer dims run in
+parallel under OpenMP, the innermost is an ``omp simd`` loop the compiler
+vectorizes. Reduction kernels run one x point (a row) per iteration of the
+parallel loop; within a row, pass k over r computes the reductions of stage k
+(those that need stage k-1's results) in one ``omp simd reduction`` loop, and a
+last pass writes the row's x+r outputs. A kernel with a single row splits the
+row itself across threads instead. Values that do not depend on r are hoisted
+out of the r loops into the row.
+
+Reductions: sum/prod/any/all are OpenMP reductions; max/min track NaN in a
+flag so a NaN anywhere in the row gives NaN, as in eager; var is two passes
+(the mean, then the sum of squared deviations) over a row that is still in
+cache; argmax/argmin are a sequential scan (the first extremum wins, NaN is the
+largest as in eager).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import sympy
+import torch
+
+from ...lowering.values import Constant, IndexValue, Load, Masked, Op
+from ..common import KernelPlan, format_index
+from .ops import OP_RULES, cast_expr, compute_dtype, ctype, literal, load_expr, storage_type, store_expr
+
+# Below this many elements of work a kernel runs on one thread: waking the
+# OpenMP team costs more than it saves.
+PARALLEL_MIN_ELEMENTS = 32768
+SIMD_REDUCTIONS = ("sum", "prod", "max", "min", "any", "all", "var")
+
+
+def c_index(expr: sympy.Expr, names: dict | None = None) -> str:
+    """An index expression in C: ``format_index``'s syntax with C's integer division.
+
+    Indices are non-negative, so C's truncating ``/`` and ``%`` equal the floor
+    forms that ``format_index`` prints as ``//`` and ``%``.
+    """
+    return format_index(expr, names).replace(" // ", " / ")
+
+
+@dataclasses.dataclass
+class Emitted:
+    name: str
+    dtype: torch.dtype   # logical dtype
+
+
+class Scope:
+    """A block of statements; ``kind`` is "top", "row", "rloop", "xloop" or "masked"."""
+
+    def __init__(self, kind: str, parent: "Scope | None" = None):
+        self.kind = kind
+        self.parent = parent
+        self.lines: list[str] = []
+        self.memo: dict = {}
+
+    def lookup(self, key):
+        scope = self
+        while scope is not None:
+            if key in scope.memo:
+                return scope.memo[key]
+            scope = scope.parent
+        return None
+
+
+@dataclasses.dataclass
+class CppKernel:
+    name: str
+    source: str
+    params: list        # (buffer name, is output), in parameter order
+    is_reduction: bool
+    parallel: bool
+
+
+class CppKernelWriter:
+    def __init__(self, plan: KernelPlan, buffers: dict, name: str):
+        self.plan = plan
+        self.buffers = buffers
+        self.name = name
+        self.xnumel = _as_int(plan.xnumel, name)
+        self.rnumel = _as_int(plan.rnumel, name) if plan.is_reduction else 1
+        self.x_sizes = [_as_int(s, name) for s in plan.x_sizes]
+        self.r_sizes = [_as_int(s, name) for s in plan.r_sizes]
+        self.params: list = []
+        self.pointer_of: dict[str, str] = {}
+        self.reduced: dict[str, Emitted] = {}
+        self.counter = 0
+        self._r_dep: dict[int, bool] = {}
+        self.row: Scope | None = None
+        self.parallel = self.xnumel * self.rnumel >= PARALLEL_MIN_ELEMENTS
+
+    # -- names -----------------------------------------------------------------
+    def tmp(self) -> str:
+        self.counter += 1
+        return f"t{self.counter - 1}"
+
+    def pointer(self, buffer: str, out: bool) -> str:
+        if buffer not in self.pointer_of:
+            kind = "out" if out else "in"
+            name = f"{kind}{sum(1 for _, o in self.params if o == out)}"
+            self.pointer_of[buffer] = name
+            self.params.append((buffer, out))
+        return self.pointer_of[buffer]
+
+    # -- r dependence (for hoisting) -------------------------------------------------
+    def depends_on_r(self, v) -> bool:
+        found = self._r_dep.get(id(v))
+        if found is not None:
+            return found
+        if isinstance(v, Load):
+            member = self.plan.member(v.buffer)
+            if member is not None:
+                result = member.role == "xr" or (member.role == "x" and self.depends_on_r(member.value))
+            else:
+                result = _has_r(v.index) or any(self.depends_on_r(c) for c in v.children)
+        elif isinstance(v, IndexValue):
+            result = _has_r(v.expr)
+        else:
+            result = any(self.depends_on_r(c) for c in v.children)
+        self._r_dep[id(v)] = result
+        return result
+
+    def target_scope(self, scope: Scope, v) -> Scope:
+        """Values that do not vary along r are computed once per row, before the r loops."""
+        if scope.kind == "rloop" and self.row is not None and not self.depends_on_r(v):
+            return self.row
+        return scope
+
+    # -- values ----------------------------------------------------------------
+    def emit(self, scope: Scope, v) -> Emitted:
+        if isinstance(v, Constant):
+            return Emitted(literal(v.value, v.dtype), v.dtype)
+        scope = self.target_scope(scope, v)
+        found = scope.lookup(id(v))
+        if found is not None:
+            return found
+        out = self._emit(scope, v)
+        scope.memo[id(v)] = out
+        return out
+
+    def assign(self, scope: Scope, dtype: torch.dtype, expr: str) -> str:
+        name = self.tmp()
+        scope.lines.append(f"{ctype(dtype)} {name} = {expr};")
+        return name
+
+    def _emit(self, scope: Scope, v) -> Emitted:
+        if isinstance(v, IndexValue):
+            return Emitted(self.assign(scope, v.dtype, f"static_cast<{ctype(v.dtype)}>({c_index(v.expr)})"), v.dtype)
+        if isinstance(v, Load):
+            return self._emit_load(scope, v)
+        if isinstance(v, Op):
+            args = [self.emit(scope, c) for c in v.children]
+            if v.op == "cast":
+                expr = cast_expr(args[0].name, args[0].dtype, v.dtype)
+            else:
+                dtype = compute_dtype(v.children[0].dtype if v.op != "where" else v.dtype)
+                expr = OP_RULES[v.op](*[a.name for a in args], dtype=dtype)
+            return Emitted(self.assign(scope, v.dtype, expr), v.dtype)
+        if isinstance(v, Masked):
+            cond = self.emit(scope, v.mask)
+            name = self.tmp()
+            scope.lines.append(f"{ctype(v.dtype)} {name} = {literal(v.other, v.dtype)};")
+            inner = Scope("masked", scope)
+            body = self.emit(inner, v.body)
+            scope.lines.append(f"if ({cond.name}) {{")
+            scope.lines.extend("    " + line for line in inner.lines)
+            scope.lines.append(f"    {name} = {body.name};")
+            scope.lines.append("}")
+            return Emitted(name, v.dtype)
+        raise NotImplementedError(f"no C++ code for {type(v).__name__}")
+
+    def _emit_load(self, scope: Scope, v: Load) -> Emitted:
+        member = self.plan.member(v.buffer)
+        if member is not None:
+            if member.role == "reduction":
+                return self.reduced[v.buffer]
+            return self.emit(scope, member.value)
+        names = {}
+        for (symbol, _), child in zip(v.indirect, v.children):
+            names[symbol] = self.emit(scope, child).name
+        pointer = self.pointer(v.buffer, out=False)
+        expr = load_expr(f"{pointer}[{c_index(v.index, names)}]", v.dtype)
+        return Emitted(self.assign(scope, v.dtype, expr), v.dtype)
+
+    # -- stores ----------------------------------------------------------------
+    def store(self, scope: Scope, member) -> None:
+        buf = self.buffers[member.buffer.name]
+        e = self.reduced[member.buffer.name] if member.role == "reduction" else self.emit(scope, member.value)
+        pointer = self.pointer(member.buffer.name, out=True)
+        scope.lines.append(f"{pointer}[{c_index(member.store_index)}] = {store_expr(e.name, e.dtype, buf.dtype)};")
+
+    # -- loops -----------------------------------------------------------------
+    def loop_nest(self, outer: Scope, prefix: str, sizes, inner: Scope, pragmas: dict) -> None:
+        """``for`` loops over ``sizes`` around ``inner``'s lines; ``pragmas[k]`` above loop k."""
+        lines = list(inner.lines)
+        for k in reversed(range(len(sizes))):
+            head = [pragmas[k]] if k in pragmas else []
+            head.append(f"for (int64_t {prefix}{k} = 0; {prefix}{k} < {sizes[k]}; ++{prefix}{k}) {{")
+            lines = head + ["    " + line for line in lines] + ["}"]
+        outer.lines.extend(lines)
+
+    def x_pragmas(self, innermost_simd: bool) -> dict:
+        n = len(self.x_sizes)
+        pragmas = {}
+        if n == 0:
+            return pragmas
+        if self.parallel:
+            if innermost_simd and n == 1:
+                pragmas[0] = "#pragma omp parallel for simd schedule(static)"
+                return pragmas
+            outer = n - 1 if innermost_simd else n
+            collapse = f" collapse({outer})" if outer > 1 else ""
+            pragmas[0] = f"#pragma omp parallel for{collapse} schedule(static)"
+        if innermost_simd:
+            pragmas[n - 1] = pragmas.get(n - 1, "") or "#pragma omp simd"
+        return pragmas
+
+    # -- reductions --------------------------------------------------------------
+    def acc_dtype(self, member) -> torch.dtype:
+        buf = member.buffer
+        if buf.reduction_type in ("argmax", "argmin"):
+            return compute_dtype(member.value.dtype)
+        if buf.reduction_type in ("any", "all"):
+            return torch.bool
+        return compute_dtype(buf.acc_dtype)
+
+    def reduction_init(self, row: Scope, member) -> list:
+        buf, kind = member.buffer, member.buffer.reduction_type
+        acc = self.acc_dtype(member)
+        t = ctype(acc)
+        a = f"acc_{buf.name}"
+        if kind in ("sum", "var"):
+            row.lines.append(f"{t} {a} = 0;")
+            return [(a, "+")]
+        if kind == "prod":
+            row.lines.append(f"{t} {a} = 1;")
+            return [(a, "*")]
+        if kind in ("any", "all"):
+            row.lines.append(f"int {a} = {0 if kind == 'any' else 1};")
+            return [(a, "|" if kind == "any" else "&")]
+        largest = kind in ("min", "argmin")
+        start = (f"std::numeric_limits<{t}>::infinity()" if acc.is_floating_point
+                 else f"std::numeric_limits<{t}>::max()") if largest else \
+                (f"-std::numeric_limits<{t}>::infinity()" if acc.is_floating_point
+                 else f"std::numeric_limits<{t}>::lowest()")
+        row.lines.append(f"{t} {a} = {start};")
+        if kind in ("argmax", "argmin"):
+            row.lines.append(f"int64_t idx_{buf.name} = 0;")
+            return [(a, None)]
+        accs = [(a, kind)]
+        if acc.is_floating_point:
+            row.lines.append(f"int nan_{buf.name} = 0;")
+            accs.append((f"nan_{buf.name}", "|"))
+        return accs
+
+    def reduction_update(self, loop: Scope, member) -> None:
+        buf, kind = member.buffer, member.buffer.reduction_type
+        acc = self.acc_dtype(member)
+        v = self.emit(loop, member.value).name
+        a = f"acc_{buf.name}"
+        if kind in ("sum", "var"):
+            loop.lines.append(f"{a} += {v};")
+        elif kind == "prod":
+            loop.lines.append(f"{a} *= {v};")
+        elif kind == "any":
+            loop.lines.append(f"{a} |= ({v} != 0);")
+        elif kind == "all":
+            loop.lines.append(f"{a} &= ({v} != 0);")
+        elif kind in ("max", "min"):
+            cmp = ">" if kind == "max" else "<"
+            loop.lines.append(f"{a} = {v} {cmp} {a} ? {v} : {a};")
+            if acc.is_floating_point:
+                loop.lines.append(f"nan_{buf.name} |= ({v} != {v});")
+        else:  # argmax / argmin: the first extremum; NaN counts as the largest and smallest
+            cmp = ">" if kind == "argmax" else "<"
+            take = f"({v} {cmp} {a})"
+            if acc.is_floating_point:
+                take = f"(!({a} != {a}) && ({take} || {v} != {v}))"
+            loop.lines.append(f"if {take} {{ {a} = {v}; idx_{buf.name} = {self.r_linear()}; }}")
+
+    def reduction_finish(self, row: Scope, member) -> None:
+        buf, kind = member.buffer, member.buffer.reduction_type
+        acc = self.acc_dtype(member)
+        a = f"acc_{buf.name}"
+        if kind in ("max", "min") and acc.is_floating_point:
+            row.lines.append(f"if (nan_{buf.name}) {a} = std::numeric_limits<{ctype(acc)}>::quiet_NaN();")
+        if kind in ("argmax", "argmin"):
+            self.reduced[buf.name] = Emitted(f"idx_{buf.name}", torch.int64)
+        elif kind in ("any", "all"):
+            self.reduced[buf.name] = Emitted(f"({a} != 0)", torch.bool)
+        elif kind == "var":
+            self.variance_pass(row, member)
+        else:
+            self.reduced[buf.name] = Emitted(a, buf.acc_dtype)
+
+    def variance_pass(self, row: Scope, member) -> None:
+        """Second pass of a variance: the sum of squared deviations from the row's mean."""
+        buf = member.buffer
+        acc = self.acc_dtype(member)
+        t = ctype(acc)
+        mean, m2 = f"mean_{buf.name}", f"m2_{buf.name}"
+        row.lines.append(f"{t} {mean} = acc_{buf.name} / {t}({self.rnumel});")
+        row.lines.append(f"{t} {m2} = 0;")
+        loop = Scope("rloop", row)
+        v = self.emit(loop, member.value).name
+        loop.lines.append(f"{t} d_{buf.name} = {v} - {mean};")
+        loop.lines.append(f"{m2} += d_{buf.name} * d_{buf.name};")
+        self.loop_nest(row, "r", self.r_sizes, loop, self.r_pragmas([(m2, "+")]))
+        var = self.tmp()
+        row.lines.append(f"{t} {var} = {m2} / {t}({float(self.rnumel - buf.correction)!r});")
+        self.reduced[buf.name] = Emitted(var, buf.acc_dtype)
+
+    def r_linear(self) -> str:
+        terms, stride = [], 1
+        for k in reversed(range(len(self.r_sizes))):
+            terms.append(f"r{k}" if stride == 1 else f"r{k} * {stride}")
+            stride *= self.r_sizes[k]
+        return " + ".join(reversed(terms)) or "0"
+
+    def r_pragmas(self, accs) -> dict:
+        """simd (and, for a single row, parallel) over the innermost r loop with these reductions."""
+        if not self.r_sizes:
+            return {}
+        if any(op is None for _, op in accs):
+            return {}
+        clauses = " ".join(f"reduction({op}:{name})" for name, op in accs)
+        whole_row_parallel = self.parallel and not self.x_sizes and len(self.r_sizes) == 1
+        head = "#pragma omp parallel for simd schedule(static)" if whole_row_parallel else "#pragma omp simd"
+        return {len(self.r_sizes) - 1: f"{head} {clauses}".rstrip()}
+
+    # -- the kernel ----------------------------------------------------------------
+    def generate(self) -> CppKernel:
+        top = Scope("top")
+        if not self.plan.is_reduction:
+            body = Scope("xloop", top)
+            for m in self.plan.members:
+                if m.stored:
+                    self.store(body, m)
+            self.loop_nest(top, "x", self.x_sizes, body, self.x_pragmas(innermost_simd=True))
+            return self.finish(top)
+        row = Scope("row", top)
+        self.row = row
+        for stage in range(self.plan.num_stages):
+            members = [m for m in self.plan.members if m.role == "reduction" and m.stage == stage]
+            accs = []
+            for m in members:
+                accs.extend(self.reduction_init(row, m))
+            loop = Scope("rloop", row)
+            for m in members:
+                self.reduction_update(loop, m)
+            self.loop_nest(row, "r", self.r_sizes, loop, self.r_pragmas(accs))
+            for m in members:
+                self.reduction_finish(row, m)
+        row_stores = [m for m in self.plan.members if m.stored and m.role == "xr"]
+        if row_stores:
+            loop = Scope("rloop", row)
+            for m in row_stores:
+                self.store(loop, m)
+            self.loop_nest(row, "r", self.r_sizes, loop, self.r_pragmas([]))
+        for m in self.plan.members:
+            if m.stored and m.role != "xr":
+                self.store(row, m)
+        self.parallel = self.parallel and (len(self.x_sizes) > 0 or len(self.r_sizes) == 1)
+        pragmas = self.x_pragmas(innermost_simd=False) if self.xnumel > 1 else {}
+        self.loop_nest(top, "x", self.x_sizes, row, pragmas)
+        return self.finish(top)
+
+    def finish(self, top: Scope) -> CppKernel:
+        params = []
+        for buffer, out in self.params:
+            t = storage_type(self.buffers[buffer].dtype)
+            params.append(f"{'' if out else 'const '}{t}* __restrict__ {self.pointer_of[buffer]}")
+        lines = [f"static void {self.name}({', '.join(params)}) {{"]
+        lines += ["    " + line for line in top.lines]
+        lines.append("}")
+        return CppKernel(self.name, "\n".join(lines) + "\n", list(self.params), self.plan.is_reduction,
+                         self.parallel)
+
+
+def _has_r(expr) -> bool:
+    return any(s.name.startswith("r") for s in expr.free_symbols)
+
+
+def _as_int(expr, kernel: str) -> int:
+    try:
+        return int(expr)
+    except TypeError:
+        raise NotImplementedError(f"kernel {kernel}: symbolic size {expr} (the cpp backend needs "
+                                  "static shapes)") from None
+
+
+def generate_cpp_kernel(plan: KernelPlan, buffers: dict, name: str) -> CppKernel:
+    return CppKernelWriter(plan, buffers, name).generate()

@@ -1,0 +1,1 @@
+"""Triton code generation: one ``@triton.jit`` kernel per scheduled kernel group."""

@@ -1,0 +1,463 @@
+"""Generate one Triton kernel from a ``KernelPlan``.
+
+Pointwise kernels run over a flat block of ``XBLOCK`` elements. Reduction
+kernels run over ``[XBLOCK, RBLOCK]`` tiles: x rows per program, r along a row;
+*persistent* when a whole row fits in one tile (every pass over r shares the
+loads), *looped* otherwise (one ``for`` over r per pass: pass k computes the
+reductions that need pass k-1's results; a last pass writes the row outputs).
+Values are computed in fp32 for fp16/bf16 buffers; loads and stores are
+masked at the edges; indices are 64-bit when a buffer needs it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ...lowering.values import Constant, IndexValue, Load, Masked, Op
+from ..common import KernelPlan, format_index
+from .ops import OP_RULES, POINTER_TYPES, cast_expr, compute_dtype, literal, triton_dtype
+
+INT32_LIMIT = 2**31 - 1
+
+HELPERS = {
+    "_prod_combine": '''
+@triton.jit
+def _prod_combine(a, b):
+    return a * b
+''',
+    "_argmax_combine": '''
+@triton.jit
+def _argmax_combine(value1, index1, value2, index2):
+    take = (value2 > value1) | ((value2 == value1) & (index2 < index1))
+    return tl.where(take, value2, value1), tl.where(take, index2, index1)
+''',
+    "_argmin_combine": '''
+@triton.jit
+def _argmin_combine(value1, index1, value2, index2):
+    take = (value2 < value1) | ((value2 == value1) & (index2 < index1))
+    return tl.where(take, value2, value1), tl.where(take, index2, index1)
+''',
+    "_welford_combine": '''
+@triton.jit
+def _welford_combine(mean1, m2_1, weight1, mean2, m2_2, weight2):
+    weight = weight1 + weight2
+    frac = tl.where(weight == 0.0, 0.0, weight2 / weight)
+    delta = mean2 - mean1
+    return mean1 + delta * frac, m2_1 + m2_2 + delta * delta * weight1 * frac, weight
+''',
+}
+
+
+@dataclasses.dataclass
+class Emitted:
+    name: str
+    dtype: torch.dtype     # logical dtype
+    uses_r: bool
+    scalar: bool           # a compile-time literal, not a block
+
+
+@dataclasses.dataclass
+class KernelSource:
+    name: str
+    source: str                 # the @triton.jit function
+    helpers: list               # helper function names it calls
+    params: list                # (param name, buffer name or None, signature type)
+    is_reduction: bool
+    persistent: bool
+    xnumel: int
+    rnumel: int
+    index_bits: int
+
+
+class Scope:
+    def __init__(self, indent: int, has_r: bool):
+        self.indent = indent
+        self.has_r = has_r
+        self.lines: list[str] = []
+        self.memo: dict = {}
+
+
+class TritonKernelWriter:
+    def __init__(self, plan: KernelPlan, buffers: dict, name: str, persistent_limit: int):
+        self.plan = plan
+        self.buffers = buffers
+        self.name = name
+        self.xnumel = int(plan.xnumel)
+        self.rnumel = int(plan.rnumel) if plan.is_reduction else 1
+        self.reduction = plan.is_reduction
+        self.persistent = self.reduction and next_power_of_2(self.rnumel) <= persistent_limit
+        self.index_bits = 64 if self._needs_int64() else 32
+        self.params: list = []
+        self.pointer_of: dict[str, str] = {}
+        self.helpers: list = []
+        self.reduced: dict[str, Emitted] = {}
+        self.counter = 0
+        self.body: list[str] = []
+
+    def _needs_int64(self) -> bool:
+        sizes = [self.xnumel * self.rnumel]
+        for m in self.plan.members:
+            sizes.append(_extent(self.buffers[m.buffer.name]))
+            for v in _walk_loads(m.value):
+                if v.buffer in self.buffers and self.plan.member(v.buffer) is None:
+                    sizes.append(_extent(self.buffers[v.buffer]))
+        return max(sizes) > INT32_LIMIT
+
+    # -- names -----------------------------------------------------------------
+    def tmp(self) -> str:
+        self.counter += 1
+        return f"tmp{self.counter - 1}"
+
+    def pointer(self, buffer: str, out: bool) -> str:
+        if buffer not in self.pointer_of:
+            kind = "out_ptr" if out else "in_ptr"
+            name = f"{kind}{sum(1 for p in self.params if p[0].startswith(kind))}"
+            self.pointer_of[buffer] = name
+            self.params.append((name, buffer, POINTER_TYPES[self.buffers[buffer].dtype]))
+        return self.pointer_of[buffer]
+
+    def helper(self, name: str) -> str:
+        if name not in self.helpers:
+            self.helpers.append(name)
+        return name
+
+    # -- block shapes ------------------------------------------------------------
+    def full_shape(self, with_r: bool) -> str:
+        if not self.reduction:
+            return "[XBLOCK]"
+        return "[XBLOCK, RBLOCK]" if with_r else "[XBLOCK, 1]"
+
+    def mask(self, uses_r: bool, extra=()) -> str:
+        parts = ["xmask"] + (["rmask"] if uses_r else []) + list(extra)
+        return " & ".join(parts)
+
+    # -- values ----------------------------------------------------------------
+    def emit(self, scope: Scope, value, masks=()) -> Emitted:
+        key = (id(value), masks)
+        found = scope.memo.get(key)
+        if found is not None:
+            return found
+        out = self._emit(scope, value, masks)
+        scope.memo[key] = out
+        return out
+
+    def assign(self, scope: Scope, expr: str) -> str:
+        """A temporary holding ``expr``; the same text in one scope is computed once."""
+        found = scope.memo.get(expr)
+        if found is not None:
+            return found
+        name = self.tmp()
+        scope.lines.append(f"{name} = {expr}")
+        scope.memo[expr] = name
+        return name
+
+    def _emit(self, scope, v, masks) -> Emitted:
+        if isinstance(v, Constant):
+            return Emitted(literal(v.value, v.dtype), v.dtype, False, True)
+        if isinstance(v, IndexValue):
+            uses_r = any(s.name.startswith("r") for s in v.expr.free_symbols)
+            if not v.expr.free_symbols:
+                return Emitted(str(int(v.expr)), v.dtype, False, True)
+            text = format_index(v.expr)
+            if v.dtype != torch.int64 or self.index_bits == 32:
+                text = f"({text}).to({triton_dtype(compute_dtype(v.dtype))})"
+            return Emitted(self.assign(scope, text), v.dtype, uses_r, False)
+        if isinstance(v, Load):
+            return self._emit_load(scope, v, masks)
+        if isinstance(v, Op):
+            args = [self.emit(scope, c, masks) for c in v.children]
+            uses_r = any(a.uses_r for a in args)
+            scalar = all(a.scalar for a in args)
+            if v.op == "cast":
+                expr = cast_expr(args[0].name, args[0].dtype, v.dtype)
+                if args[0].scalar:
+                    return Emitted(expr, v.dtype, False, True)
+            else:
+                expr = OP_RULES[v.op](*[a.name for a in args],
+                                      dtype=v.children[0].dtype if v.op != "where" else v.dtype)
+            if scalar:
+                return Emitted(expr, v.dtype, False, True)
+            return Emitted(self.assign(scope, expr), v.dtype, uses_r, False)
+        if isinstance(v, Masked):
+            cond = self.emit(scope, v.mask, masks)
+            body = self.emit(scope, v.body, masks + (cond.name,))
+            other = literal(v.other, v.dtype)
+            expr = f"tl.where({cond.name}, {body.name}, {other})"
+            return Emitted(self.assign(scope, expr), v.dtype, cond.uses_r or body.uses_r, False)
+        raise NotImplementedError(f"no Triton code for {type(v).__name__}")
+
+    def _emit_load(self, scope, v: Load, masks) -> Emitted:
+        member = self.plan.member(v.buffer)
+        if member is not None:
+            if member.role == "reduction":
+                return self.reduced[v.buffer]
+            return self.emit(scope, member.value, masks)
+        names, uses_r = {}, any(s.name.startswith("r") for s in v.index.free_symbols)
+        for (symbol, _), child in zip(v.indirect, v.children):
+            idx = self.emit(scope, child, masks)
+            names[symbol] = idx.name
+            uses_r = uses_r or idx.uses_r
+        pointer = self.pointer(v.buffer, out=False)
+        if not v.index.free_symbols:   # one element for the whole block: no mask needed
+            expr = f"tl.load({pointer} + {format_index(v.index)})"
+        else:
+            mask = self.mask(uses_r, masks)
+            expr = f"tl.load({pointer} + {format_index(v.index, names)}, {mask}, other=0)"
+        if v.dtype in (torch.float16, torch.bfloat16):
+            expr += ".to(tl.float32)"
+        return Emitted(self.assign(scope, expr), v.dtype, uses_r, False)
+
+    def block(self, e: Emitted, dtype: torch.dtype, with_r: bool) -> str:
+        """``e`` as a full block (literals and x-only values broadcast)."""
+        if e.scalar:
+            return f"tl.full({self.full_shape(with_r)}, {e.name}, {triton_dtype(compute_dtype(dtype))})"
+        if with_r and not e.uses_r:
+            return f"tl.broadcast_to({e.name}, {self.full_shape(True)})"
+        return e.name
+
+    # -- stores ----------------------------------------------------------------
+    def store(self, scope: Scope, member) -> None:
+        buf = self.buffers[member.buffer.name]
+        with_r = member.role == "xr"
+        if member.role == "reduction":
+            e = self.reduced[member.buffer.name]
+        else:
+            e = self.emit(scope, member.value)
+        value = self.block(e, e.dtype, with_r)
+        if buf.dtype != compute_dtype(buf.dtype) or buf.dtype != e.dtype:
+            value = f"{value}.to({triton_dtype(buf.dtype)})"
+        pointer = self.pointer(member.buffer.name, out=True)
+        index = format_index(member.store_index)
+        if not member.store_index.free_symbols:   # a block-shaped pointer for the block's mask
+            index += " + tl.zeros_like(xindex)"
+        scope.lines.append(f"tl.store({pointer} + {index}, {value}, {self.mask(with_r)})")
+
+    # -- reductions --------------------------------------------------------------
+    def neutral(self, kind: str, dtype: torch.dtype) -> str:
+        if kind in ("sum", "any", "var"):
+            return "0"
+        if kind == "prod" or kind == "all":
+            return "1"
+        largest = kind in ("min", "argmin")
+        if dtype.is_floating_point:
+            return 'float("inf")' if largest else 'float("-inf")'
+        info = torch.iinfo(dtype) if dtype != torch.bool else None
+        if info is None:
+            return "1" if largest else "0"
+        return str(info.max if largest else info.min)
+
+    def reduce_persistent(self, scope: Scope, member) -> None:
+        buf = member.buffer
+        kind = buf.reduction_type
+        e = self.emit(scope, member.value)
+        acc = buf.acc_dtype if kind not in ("argmax", "argmin") else member.value.dtype
+        body = self.block(e, acc, True)
+        if kind in ("any", "all"):
+            body = f"{body}.to(tl.int8)"
+        full = self.mask(True)
+        masked = self.assign(scope, f"tl.where({full}, {body}, {self.neutral(kind, acc)})")
+        if kind == "sum":
+            expr = f"tl.sum({masked}, 1)[:, None]"
+        elif kind in ("max", "min"):
+            expr = f"tl.{kind}({masked}, 1)[:, None]"
+        elif kind == "prod":
+            expr = f"tl.reduce({masked}, 1, {self.helper('_prod_combine')})[:, None]"
+        elif kind == "any":
+            expr = f"tl.max({masked}, 1)[:, None] != 0"
+        elif kind == "all":
+            expr = f"tl.min({masked}, 1)[:, None] != 0"
+        elif kind in ("argmax", "argmin"):
+            expr = f"tl.{kind}({masked}, 1)[:, None].to(tl.int64)"
+        elif kind == "var":
+            mean = self.assign(scope, f"tl.sum({masked}, 1)[:, None] / {self.rnumel}")
+            dev = self.assign(scope, f"tl.where({full}, {body} - {mean}, 0.0)")
+            expr = f"tl.sum({dev} * {dev}, 1)[:, None] / {float(self.rnumel - buf.correction)}"
+        else:
+            raise NotImplementedError(kind)
+        self.reduced[buf.name] = Emitted(self.assign(scope, expr), buf.acc_dtype if kind not in (
+            "argmax", "argmin") else torch.int64, False, False)
+
+    def reduce_looped_init(self, outer: Scope, member) -> list:
+        buf, kind = member.buffer, member.buffer.reduction_type
+        acc = buf.acc_dtype if kind not in ("argmax", "argmin") else member.value.dtype
+        t = triton_dtype(compute_dtype(acc)) if kind not in ("any", "all") else "tl.int8"
+        shape = "[XBLOCK, RBLOCK]"
+        names = [f"acc_{buf.name}"]
+        if kind == "var":
+            names = [f"mean_{buf.name}", f"m2_{buf.name}", f"weight_{buf.name}"]
+            for n in names:
+                outer.lines.append(f"{n} = tl.zeros({shape}, tl.float32)")
+        elif kind in ("argmax", "argmin"):
+            names = [f"acc_{buf.name}", f"idx_{buf.name}"]
+            outer.lines.append(f"{names[0]} = tl.full({shape}, {self.neutral(kind, acc)}, {t})")
+            outer.lines.append(f"{names[1]} = tl.zeros({shape}, tl.int64)")
+        else:
+            outer.lines.append(f"{names[0]} = tl.full({shape}, {self.neutral(kind, acc)}, {t})")
+        return names
+
+    def reduce_looped_update(self, scope: Scope, member, accs) -> None:
+        buf, kind = member.buffer, member.buffer.reduction_type
+        acc = buf.acc_dtype if kind not in ("argmax", "argmin") else member.value.dtype
+        e = self.emit(scope, member.value)
+        body = self.block(e, acc, True)
+        if kind in ("any", "all"):
+            body = f"{body}.to(tl.int8)"
+        full = self.mask(True)
+        a = accs[0]
+        if kind == "sum":
+            scope.lines.append(f"{a} = {a} + tl.where({full}, {body}, 0)")
+        elif kind in ("max", "any"):
+            scope.lines.append(f"{a} = tl.maximum({a}, tl.where({full}, {body}, {self.neutral(kind, acc)}))")
+        elif kind in ("min", "all"):
+            scope.lines.append(f"{a} = tl.minimum({a}, tl.where({full}, {body}, {self.neutral(kind, acc)}))")
+        elif kind == "prod":
+            scope.lines.append(f"{a} = {a} * tl.where({full}, {body}, 1)")
+        elif kind in ("argmax", "argmin"):
+            cmp = ">" if kind == "argmax" else "<"
+            take = self.assign(scope, f"({full}) & ({body} {cmp} {a})")
+            scope.lines.append(f"{a} = tl.where({take}, {body}, {a})")
+            scope.lines.append(f"{accs[1]} = tl.where({take}, rindex + tl.zeros([XBLOCK, RBLOCK], tl.int64), {accs[1]})")
+        elif kind == "var":
+            mean, m2, weight = accs
+            w = self.assign(scope, f"{weight} + tl.where({full}, 1.0, 0.0)")
+            delta = self.assign(scope, f"tl.where({full}, {body} - {mean}, 0.0)")
+            new_mean = self.assign(scope, f"{mean} + tl.where({full}, {delta} / tl.maximum({w}, 1.0), 0.0)")
+            scope.lines.append(f"{m2} = {m2} + tl.where({full}, {delta} * ({body} - {new_mean}), 0.0)")
+            scope.lines.append(f"{mean} = {new_mean}")
+            scope.lines.append(f"{weight} = {w}")
+
+    def reduce_looped_finish(self, outer: Scope, member, accs) -> None:
+        buf, kind = member.buffer, member.buffer.reduction_type
+        a = accs[0]
+        if kind == "sum":
+            expr = f"tl.sum({a}, 1)[:, None]"
+        elif kind in ("max", "min"):
+            expr = f"tl.{kind}({a}, 1)[:, None]"
+        elif kind == "prod":
+            expr = f"tl.reduce({a}, 1, {self.helper('_prod_combine')})[:, None]"
+        elif kind in ("any", "all"):
+            expr = f"tl.{'max' if kind == 'any' else 'min'}({a}, 1)[:, None] != 0"
+        elif kind in ("argmax", "argmin"):
+            combine = self.helper(f"_{kind}_combine")
+            pair = self.tmp()
+            outer.lines.append(f"_, {pair} = tl.reduce(({a}, {accs[1]}), 1, {combine})")
+            expr = f"{pair}[:, None]"
+        elif kind == "var":
+            combine = self.helper("_welford_combine")
+            m2 = self.tmp()
+            outer.lines.append(f"_, {m2}, _ = tl.reduce(({accs[0]}, {accs[1]}, {accs[2]}), 1, {combine})")
+            expr = f"{m2}[:, None] / {float(self.rnumel - buf.correction)}"
+        else:
+            raise NotImplementedError(kind)
+        dtype = torch.int64 if kind in ("argmax", "argmin") else buf.acc_dtype
+        self.reduced[buf.name] = Emitted(self.assign(outer, expr), dtype, False, False)
+
+    # -- the kernel ----------------------------------------------------------------
+    def index_setup(self, scope: Scope, prefix: str, sizes) -> None:
+        sizes = [int(s) for s in sizes]
+        base = "xindex" if prefix == "x" else "rindex"
+        stride = 1
+        for k in reversed(range(len(sizes))):
+            expr = base if stride == 1 else f"({base} // {stride})"
+            if k > 0:
+                expr = f"{expr} % {sizes[k]}"
+            scope.lines.append(f"{prefix}{k} = {expr}")
+            stride *= sizes[k]
+
+    def r_setup(self, scope: Scope, offset: str) -> None:
+        scope.lines.append(f"rindex = {offset}rbase")
+        if self.persistent and self.rnumel == next_power_of_2(self.rnumel):
+            # the tile is exactly one row: a constant mask lets Triton drop it
+            scope.lines.append("rmask = tl.full([1, RBLOCK], 1, tl.int1)")
+        else:
+            scope.lines.append("rmask = rindex < rnumel")
+        self.index_setup(scope, "r", self.plan.r_sizes)
+
+    def generate(self) -> KernelSource:
+        top = Scope(1, False)
+        int_t = "tl.int64" if self.index_bits == 64 else "tl.int32"
+        pid = "tl.program_id(0)" + (".to(tl.int64)" if self.index_bits == 64 else "")
+        top.lines.append(f"xoffset = {pid} * XBLOCK")
+        if self.reduction:
+            top.lines.append("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
+        else:
+            top.lines.append("xindex = xoffset + tl.arange(0, XBLOCK)")
+        top.lines.append("xmask = xindex < xnumel")
+        self.index_setup(top, "x", self.plan.x_sizes)
+        if not self.reduction:
+            for m in self.plan.members:
+                if m.stored:
+                    self.store(top, m)
+            return self.finish(top)
+        rbase = "tl.arange(0, RBLOCK)[None, :]" + (f".to({int_t})" if self.index_bits == 64 else "")
+        top.lines.append(f"rbase = {rbase}")
+        if self.persistent:
+            self.r_setup(top, "")
+            top.has_r = True
+            for m in self.plan.members:
+                if m.role == "reduction":
+                    self.reduce_persistent(top, m)
+            for m in self.plan.members:
+                if m.stored:
+                    self.store(top, m)
+            return self.finish(top)
+        for stage in range(self.plan.num_stages):
+            members = [m for m in self.plan.members if m.role == "reduction" and m.stage == stage]
+            accs = [self.reduce_looped_init(top, m) for m in members]
+            loop = self.loop(top)
+            for m, a in zip(members, accs):
+                self.reduce_looped_update(loop, m, a)
+            self.close_loop(top, loop)
+            for m, a in zip(members, accs):
+                self.reduce_looped_finish(top, m, a)
+        row_stores = [m for m in self.plan.members if m.stored and m.role == "xr"]
+        if row_stores:
+            loop = self.loop(top)
+            for m in row_stores:
+                self.store(loop, m)
+            self.close_loop(top, loop)
+        for m in self.plan.members:
+            if m.stored and m.role != "xr":
+                self.store(top, m)
+        return self.finish(top)
+
+    def loop(self, outer: Scope) -> Scope:
+        inner = Scope(outer.indent + 1, True)
+        self.r_setup(inner, "roffset + ")
+        return inner
+
+    def close_loop(self, outer: Scope, inner: Scope) -> None:
+        outer.lines.append("for roffset in range(0, rnumel, RBLOCK):")
+        outer.lines.extend("    " + line for line in inner.lines)
+
+    def finish(self, top: Scope) -> KernelSource:
+        params = [p[0] for p in self.params]
+        sizes = ["xnumel"] + (["rnumel"] if self.reduction else [])
+        consts = ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.reduction else [])
+        int_sig = "i64" if self.index_bits == 64 else "i32"
+        all_params = list(self.params) + [(s, None, int_sig) for s in sizes]
+        head = f"def {self.name}({', '.join(params + sizes + consts)}):"
+        lines = ["@triton.jit", head] + ["    " + line for line in top.lines]
+        return KernelSource(self.name, "\n".join(lines) + "\n", list(self.helpers), all_params,
+                            self.reduction, self.persistent, self.xnumel, self.rnumel, self.index_bits)
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _extent(buf) -> int:
+    """Elements spanned by a buffer's layout (its largest reachable offset + 1)."""
+    lay = buf.layout
+    return int(lay.offset) + sum((int(s) - 1) * abs(int(st)) for s, st in zip(lay.shape, lay.stride)) + 1
+
+
+def _walk_loads(value):
+    from ...lowering.values import walk
+    return [v for v in walk(value) if isinstance(v, Load)]
+
+
+def generate_triton_kernel(plan: KernelPlan, buffers: dict, name: str,
+                           persistent_limit: int = 8192) -> KernelSource:
+    return TritonKernelWriter(plan, buffers, name, persistent_limit).generate()

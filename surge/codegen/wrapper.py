@@ -1,0 +1,134 @@
+"""The host wrapper: Python source that allocates, launches kernels and calls ATen.
+
+The generated module holds the kernels and a ``make_call(launchers)`` that
+returns ``call(args)``: straight-line code with one line per allocation,
+kernel launch, extern call and free, so a compiled call runs as little Python
+as possible. The module is self-contained text (extern ops by qualified name,
+constants as literals), so it can be cached on disk and loaded by another
+process.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..lowering.ir import ExternBuffer, LoopGraph, TensorArg
+from ..schedule.groups import KernelGroup
+from ..schedule.scheduler import Schedule
+
+
+class NotRepresentable(Exception):
+    """A constant argument of an extern call has no Python literal."""
+
+
+def python_literal(value) -> str:
+    if value is None or isinstance(value, (bool, int, str)):
+        return repr(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return f'float("{value}")'
+        return repr(value)
+    if isinstance(value, torch.dtype) or isinstance(value, torch.memory_format) or isinstance(value, torch.layout):
+        return str(value)
+    if isinstance(value, torch.device):
+        return f'torch.device("{value.type}", {value.index})' if value.index is not None else f'torch.device("{value.type}")'
+    if isinstance(value, list):
+        return "[" + ", ".join(python_literal(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + "".join(python_literal(v) + ", " for v in value) + ")"
+    if isinstance(value, torch._ops.OpOverload):
+        return f"torch.ops.{value.namespace}.{value._schema.name.split('::')[-1]}.{value._overloadname}"
+    raise NotRepresentable(f"{type(value).__name__} {value!r}")
+
+
+def _shape_literal(values) -> str:
+    return "(" + "".join(f"{int(v)}, " for v in values) + ")"
+
+
+class WrapperWriter:
+    def __init__(self, schedule: Schedule, launch_args: dict):
+        self.schedule = schedule
+        self.graph: LoopGraph = schedule.graph
+        self.launch_args = launch_args      # kernel name -> buffer names in param order
+        self.by_name = self.graph.by_name
+        self.lines: list[str] = []
+
+    def tensor_arg(self, a: TensorArg) -> str:
+        if a.layout is None:
+            return a.buffer
+        lay = a.layout
+        return (f"as_strided({a.buffer}, {_shape_literal(lay.shape)}, {_shape_literal(lay.stride)}, "
+                f"{int(lay.offset)})")
+
+    def argument(self, a) -> str:
+        if isinstance(a, TensorArg):
+            return self.tensor_arg(a)
+        if isinstance(a, (list, tuple)) and any(isinstance(x, TensorArg) for x in a):
+            inner = ", ".join(self.argument(x) for x in a)
+            return f"[{inner}]" if isinstance(a, list) else f"({inner},)"
+        return python_literal(a)
+
+    def write(self) -> str:
+        g = self.graph
+        out = ["def make_call(launchers):"]
+        kernels = [s for s in self.schedule.steps if isinstance(s, KernelGroup)]
+        for k in kernels:
+            out.append(f"    {k.name} = launchers[{('triton_' + k.name)!r}]")
+        out.append("")
+        out.append("    def call(args):")
+        body = []
+        if g.inputs:
+            names = ", ".join(b.name for b in g.inputs)
+            body.append(f"{names}, = args")
+        reused = {src for sm in self.schedule.memory.steps for _, src in sm.allocate if src}
+        device = python_literal(g.device)
+        for step, sm in zip(self.schedule.steps, self.schedule.memory.steps):
+            for name, src in sm.allocate:
+                buf = self.by_name[name]
+                if src is not None:
+                    body.append(f"{name} = {src}; del {src}  # reuse")
+                else:
+                    body.append(f"{name} = empty_strided({_shape_literal(buf.layout.shape)}, "
+                                f"{_shape_literal(buf.layout.stride)}, device={device}, dtype={buf.dtype})")
+            if isinstance(step, KernelGroup):
+                args = ", ".join(self.launch_args["triton_" + step.name])
+                body.append(f"{step.name}({args})")
+            else:
+                body.append(self.extern_line(step.buffer))
+            dead = [n for n in sm.free_after if n not in reused]
+            if dead:
+                body.append(f"del {', '.join(dead)}")
+        outs = [self.output(o.arg) for o in g.outputs]
+        if g.single_output:
+            body.append(f"return {outs[0]}")
+        else:
+            body.append("return (" + "".join(f"{o}, " for o in outs) + ")")
+        out.extend("        " + line for line in body)
+        out.append("    return call")
+        return "\n".join(out) + "\n"
+
+    def extern_line(self, buf: ExternBuffer) -> str:
+        if buf.parent is not None:
+            return f"{buf.name} = {buf.parent}[{buf.output_index}]"
+        args = [self.argument(a) for a in buf.args]
+        args += [f"{k}={self.argument(v)}" for k, v in buf.kwargs.items()]
+        loc = f"  # {buf.location}" if buf.location else ""
+        return f"{buf.name} = {python_literal(buf.op)}({', '.join(args)}){loc}"
+
+    def output(self, arg) -> str:
+        if isinstance(arg, TensorArg):
+            own = self.by_name[arg.buffer].layout
+            lay = arg.layout
+            if lay is None or (lay.shape == own.shape and lay.stride == own.stride and lay.offset == own.offset):
+                return arg.buffer
+            return self.tensor_arg(arg)
+        return python_literal(arg)
+
+
+WRAPPER_PRELUDE = '''
+empty_strided = torch.empty_strided
+as_strided = torch.as_strided
+'''
+
+
+def generate_wrapper(schedule: Schedule, launch_args: dict) -> str:
+    return WRAPPER_PRELUDE + "\n\n" + WrapperWriter(schedule, launch_args).write()

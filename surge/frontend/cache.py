@@ -1,0 +1,107 @@
+"""Cache entries per code object, recompiles, and the cache size limit.
+
+Each code object has a ``CodeCache``: the generated entry functions, tried in
+order on each call. A miss captures again (a recompile when entries exist) and
+logs which guard of the most recent entry failed. After
+``options.cache_size_limit`` recompiles the code object runs eagerly.
+"""
+from __future__ import annotations
+
+import weakref
+
+from .. import logs
+from ..counters import counters
+from .capture import CacheEntry, capture_call
+from .codegen import MISS
+
+
+class CodeCache:
+    def __init__(self, code, backend=None):
+        self.code = code
+        self.backend = backend
+        self.entries: list[CacheEntry] = []
+        # The entries' generated functions, in lookup order (read on the hot path).
+        self.runners: list = []
+        self.recompiles = 0
+        self.run_eagerly = False
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.runners.clear()
+        self.recompiles = 0
+        self.run_eagerly = False
+
+    def lookup(self, fn, args, kwargs):
+        for run in self.runners:
+            result = run(fn, args, kwargs)
+            if result is not MISS:
+                return result
+        return MISS
+
+    def miss(self, fn, args, kwargs, options, backend, records=None):
+        """Capture a new entry for this call (or run eagerly past the limit) and run it."""
+        counters["cache_misses"] += 1
+        if self.run_eagerly:
+            return fn(*args, **kwargs)
+        if self.entries:
+            if self.recompiles >= options.cache_size_limit:
+                self.run_eagerly = True
+                logs.warn_once(
+                    f"cache_limit:{id(self.code)}",
+                    f"surge: {self.code.co_name} ({self.code.co_filename}:{self.code.co_firstlineno}) was "
+                    f"recompiled {self.recompiles} times (cache_size_limit={options.cache_size_limit}); "
+                    "it now runs eagerly. Last failing guard: " + str(self._failed_guard(fn, args, kwargs)),
+                )
+                return fn(*args, **kwargs)
+            self.recompiles += 1
+            counters["recompiles"] += 1
+            if logs.enabled("recompiles"):
+                logs.log("recompiles", f"recompiling {self.code.co_name} "
+                         f"({self.code.co_filename}:{self.code.co_firstlineno}): guard failed: "
+                         f"{self._failed_guard(fn, args, kwargs)}")
+        counters["frames"] += 1
+        entry = capture_call(fn, args, kwargs, options, backend)
+        self.entries.append(entry)
+        self.runners.append(entry.run)
+        if records is not None:
+            records.append(entry)
+        counters["cache_hits"] -= 1  # the entry's own run below counts a hit; this call was a miss
+        result = entry.run(fn, args, kwargs)
+        if result is MISS:
+            # The guards read state the call itself just changed; run eagerly this once.
+            counters["cache_hits"] += 1
+            return fn(*args, **kwargs)
+        return result
+
+    def _failed_guard(self, fn, args, kwargs) -> str:
+        entry = self.entries[-1]
+        return entry.diagnose(fn, args, kwargs) or "(no single guard failed)"
+
+
+# code object -> {(backend id, fullgraph): CodeCache}. Compiles of one function with
+# the same backend share entries; another backend (or fullgraph) gets its own.
+_CACHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_ALL: "weakref.WeakSet[CodeCache]" = weakref.WeakSet()
+
+
+def cache_for(code, backend, fullgraph: bool) -> CodeCache:
+    per_code = _CACHES.setdefault(code, {})
+    key = (id(backend), fullgraph)
+    cache = per_code.get(key)
+    if cache is None:
+        cache = CodeCache(code, backend)  # holding the backend keeps its id unique
+        per_code[key] = cache
+        _ALL.add(cache)
+    return cache
+
+
+def private_cache(code, backend, fullgraph: bool) -> CodeCache:
+    """A cache not shared with other compiles of the same code (used by explain)."""
+    cache = CodeCache(code, backend)
+    _ALL.add(cache)
+    return cache
+
+
+def reset_all() -> None:
+    for cache in list(_ALL):
+        cache.clear()

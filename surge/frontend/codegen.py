@@ -1,0 +1,118 @@
+"""Generating one check-and-run function per cache entry.
+
+The generated function checks every guard in order with straight-line code,
+reads the graph inputs from the call's arguments, globals, closures and module
+attributes, calls the compiled graph, and rebuilds the return value. It is
+plain Python source (printed under ``SURGE_LOGS=guards``), executed once.
+"""
+from __future__ import annotations
+
+import itertools
+
+from .guards import GuardSet
+from .sources import ConstSource, ConstTable, Source
+
+
+class Miss:
+    """The value a generated entry returns when one of its guards fails."""
+
+    def __repr__(self):
+        return "MISS"
+
+
+MISS = Miss()
+_entry_ids = itertools.count()
+
+
+class EntryCodegen:
+    def __init__(self, consts: ConstTable):
+        self.consts = consts
+        self.lines: list[str] = []
+        self._locals: dict[Source, str] = {}
+
+    def value_of(self, source: Source) -> str:
+        """A local (or constant) holding the source's value, assigned once."""
+        if isinstance(source, ConstSource):
+            return source.expr(None, self.consts)
+        found = self._locals.get(source)
+        if found is not None:
+            return found
+        parent = self.value_of(source.parent) if source.parent is not None else None
+        expression = source.expr(parent, self.consts)
+        name = f"v{len(self._locals)}"
+        self.lines.append(f"{name} = {expression}")
+        self._locals[source] = name
+        return name
+
+    def condition(self, guard) -> str:
+        if guard.source is None:
+            return guard.condition
+        text = guard.condition.replace("{v}", self.value_of(guard.source))
+        if guard.other is not None:
+            text = text.replace("{w}", self.value_of(guard.other))
+        return text
+
+
+def _indent(lines, depth):
+    return [" " * (4 * depth) + line for line in lines]
+
+
+def generate_entry(guards: GuardSet, consts: ConstTable, *, input_sources: list, return_expr,
+                   effects=None, compiled=None, run_eagerly=False, counters=None):
+    """Source text and function object of one cache entry.
+
+    ``return_expr(codegen)`` writes the return value's expression; ``compiled`` is the
+    backend's callable (None when the capture made no graph); ``run_eagerly`` makes an
+    entry that only checks guards and runs the original function (a recorded fallback).
+    """
+    codegen = EntryCodegen(consts)
+    for guard in guards.guards:
+        cond = codegen.condition(guard)
+        codegen.lines.append(f"if not ({cond}):  # {guard.text}")
+        codegen.lines.append("    return MISS")
+    inputs = [codegen.value_of(s) for s in input_sources]
+    guard_lines = list(codegen.lines)
+    codegen.lines.clear()
+    if run_eagerly:
+        body = ["return fn(*args, **kwargs)"]
+    else:
+        ret = return_expr(codegen)
+        writes = effects(codegen) if effects is not None else []
+        body = list(codegen.lines)
+        if compiled is not None:
+            body.append(f"out = compiled({', '.join(inputs)})")
+        body.append(f"result = {ret}")
+        body += writes  # replayed side effects, after the graph ran and the result was read
+        body.append("return result")
+    name = f"surge_entry_{next(_entry_ids)}"
+    lines = [f"def {name}(fn, args, kwargs):", "    try:"]
+    lines += _indent(guard_lines or ["pass"], 2)
+    lines += ["    except Exception:", "        return MISS", "    counters['cache_hits'] += 1"]
+    lines += _indent(body, 1)
+    source = "\n".join(lines) + "\n"
+    namespace = dict(consts.values)
+    namespace.update(MISS=MISS, compiled=compiled, counters=counters)
+    exec(compile(source, f"<{name}>", "exec"), namespace)
+    return source, namespace[name]
+
+
+def generate_diagnosis(guards: GuardSet, consts: ConstTable):
+    """A function returning the text of the first failing guard (run on a cache miss only)."""
+    codegen = EntryCodegen(consts)
+    lines = ["def diagnose(fn, args, kwargs):"]
+    for i, guard in enumerate(guards.guards):
+        before = len(codegen.lines)
+        cond = codegen.condition(guard)
+        new = codegen.lines[before:]
+        del codegen.lines[before:]
+        lines.append("    try:")
+        lines += _indent(new, 2)
+        lines.append(f"        ok = {cond}")
+        lines.append("    except Exception:")
+        lines.append("        ok = False")
+        lines.append(f"    if not ok: return TEXTS[{i}]")
+    lines.append("    return None")
+    namespace = dict(consts.values)
+    namespace["TEXTS"] = [g.text for g in guards.guards]
+    exec(compile("\n".join(lines) + "\n", "<surge_guard_diagnosis>", "exec"), namespace)
+    return namespace["diagnose"]

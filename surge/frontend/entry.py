@@ -1,0 +1,116 @@
+"""``surge.compile``'s result: wrappers that look up the cache on every call.
+
+A compiled function is a thin wrapper: try each cache entry's generated
+function, and on a miss capture a new entry. A compiled module is an
+``nn.Module`` that shares the original's parameters, buffers, submodules and
+``state_dict`` and whose forward is the compiled forward of the original.
+"""
+from __future__ import annotations
+
+import functools
+import types
+
+import torch
+
+from ..backends import lookup_backend
+from ..options import Options
+from .cache import cache_for
+from .codegen import MISS
+
+
+def compile_callable(fn_or_module, options: Options, cache_factory=cache_for, records=None):
+    if isinstance(fn_or_module, torch.nn.Module):
+        return CompiledModule(fn_or_module, options, cache_factory, records)
+    fn, bound_self = _python_function(fn_or_module)
+    call = make_wrapper(fn, options, cache_factory, records)
+    if bound_self is None:
+        return call
+
+    @functools.wraps(fn_or_module)
+    def bound_call(*args, **kwargs):
+        return call(bound_self, *args, **kwargs)
+    bound_call._surge_original = fn_or_module
+    return bound_call
+
+
+def _python_function(obj):
+    """The Python function to capture, and the object it is bound to (if a method)."""
+    original = getattr(obj, "_surge_original", None)
+    if original is not None:
+        obj = original
+    if isinstance(obj, types.FunctionType):
+        return obj, None
+    if isinstance(obj, types.MethodType) and isinstance(obj.__func__, types.FunctionType):
+        return obj.__func__, obj.__self__
+    call = getattr(type(obj), "__call__", None)
+    if isinstance(call, types.FunctionType):
+        return call, obj
+    raise TypeError(
+        f"surge.compile: expected a Python function, method or nn.Module, got {type(obj).__qualname__}"
+    )
+
+
+def make_wrapper(fn: types.FunctionType, options: Options, cache_factory, records=None):
+    backend = lookup_backend(options.backend)
+    cache = cache_factory(fn.__code__, backend, options.fullgraph)
+    runners = cache.runners
+
+    @functools.wraps(fn)
+    def surge_compiled(*args, **kwargs):
+        for run in runners:
+            result = run(fn, args, kwargs)
+            if result is not MISS:
+                return result
+        return cache.miss(fn, args, kwargs, options, backend, records)
+
+    surge_compiled._surge_original = fn
+    surge_compiled._surge_cache = cache
+    return surge_compiled
+
+
+class CompiledModule(torch.nn.Module):
+    """A module whose forward is compiled; everything else is the original module's."""
+
+    _OWN_ATTRIBUTES = ("_orig_mod", "_compiled_forward")
+
+    def __init__(self, module: torch.nn.Module, options: Options, cache_factory=cache_for, records=None):
+        super().__init__()
+        object.__setattr__(self, "_orig_mod", module)
+        # Share the tables state_dict(), parameters(), to(), ... walk, so both
+        # modules always see the same tensors and submodules, with the same names.
+        for table in ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"):
+            object.__setattr__(self, table, module.__dict__[table])
+        if "forward" in module.__dict__:
+            fn, bound_self = _python_function(module.__dict__["forward"])
+        else:
+            fn, bound_self = type(module).forward, module
+        call = make_wrapper(fn, options, cache_factory, records)
+        object.__setattr__(self, "_compiled_forward",
+                           call if bound_self is None else functools.partial(call, bound_self))
+
+    @property
+    def training(self):
+        return self._orig_mod.training
+
+    @training.setter
+    def training(self, mode):
+        # nn.Module.__init__ sets this before _orig_mod exists.
+        if "_orig_mod" in self.__dict__:
+            self._orig_mod.training = mode
+
+    def forward(self, *args, **kwargs):
+        return self._compiled_forward(*args, **kwargs)
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.__dict__["_orig_mod"], name)
+
+    def __setattr__(self, name, value):
+        if name in self._OWN_ATTRIBUTES or name == "training" or "_orig_mod" not in self.__dict__:
+            return super().__setattr__(name, value)
+        setattr(self._orig_mod, name, value)
+
+    def __delattr__(self, name):
+        delattr(self._orig_mod, name)

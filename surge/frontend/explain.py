@@ -1,0 +1,84 @@
+"""``surge.explain(fn)(*args, **kwargs)``: what capturing one call produced."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..options import Options
+from .cache import private_cache
+from .entry import compile_callable
+
+
+def _op_name(node) -> str:
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    target = node.target
+    module = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__name__", str(target))
+    if module.startswith("torch.nn.functional") or module == "torch._C._nn":
+        return f"F.{name}"
+    if module in ("_operator", "operator"):
+        return f"operator.{name}"
+    if module.startswith("torch"):
+        return f"torch.{name}"
+    return name
+
+
+@dataclass
+class ExplainReport:
+    graphs: list = field(default_factory=list)
+    guards: list = field(default_factory=list)      # per cache entry, readable text
+    break_reasons: list = field(default_factory=list)
+    ops_per_graph: list = field(default_factory=list)
+    fallbacks: list = field(default_factory=list)  # BreakReason of each frame run eagerly
+    compile_times: list = field(default_factory=list)
+    out: object = None
+
+    @property
+    def graph_count(self) -> int:
+        return len(self.graphs)
+
+    @property
+    def graph_break_count(self) -> int:
+        return len(self.break_reasons)
+
+    def __str__(self) -> str:
+        lines = [f"Graph count: {self.graph_count}", f"Graph break count: {self.graph_break_count}",
+                 f"Fallbacks (frames run eagerly): {len(self.fallbacks)}"]
+        if self.break_reasons:
+            lines.append("Break reasons:")
+            for i, reason in enumerate(self.break_reasons, 1):
+                lines.append(f"  {i}. {reason.reason}")
+                if reason.location:
+                    lines.append(f"     at {reason.location}")
+        for i, (gm, ops) in enumerate(zip(self.graphs, self.ops_per_graph), 1):
+            lines.append(f"Graph {i}: {len(ops)} ops: {', '.join(ops)}")
+            lines.append("    " + gm.code.strip().replace("\n", "\n    "))
+        for i, text in enumerate(self.guards, 1):
+            lines.append(f"Guards of cache entry {i}:")
+            lines.extend("  " + line for line in text.splitlines())
+        if self.compile_times:
+            lines.append("Capture time: " + ", ".join(f"{t * 1000:.1f} ms" for t in self.compile_times))
+        return "\n".join(lines)
+
+
+def explain(fn_or_module, options: Options):
+    def run(*args, **kwargs):
+        records: list = []
+        compiled = compile_callable(fn_or_module, options, cache_factory=private_cache, records=records)
+        out = compiled(*args, **kwargs)
+        report = ExplainReport(out=out)
+        for entry in records:
+            report.guards.append(entry.guards_text)
+            report.compile_times.append(entry.compile_seconds)
+            if entry.fallback is not None:
+                report.fallbacks.append(entry.fallback)
+                report.break_reasons.append(entry.fallback)
+            if entry.graph is not None:
+                report.graphs.append(entry.graph)
+                report.ops_per_graph.append([_op_name(n) for n in entry.graph.graph.nodes
+                                             if n.op in ("call_function", "call_method")
+                                             and n.target is not torch._C._set_grad_enabled])
+        return report
+    return run

@@ -1,0 +1,145 @@
+"""Guards: the assumptions a captured graph relies on, as Python conditions.
+
+Each guard is one boolean expression over a source's value (written ``{v}``).
+The capture collects them as it reads inputs; ``cache`` compiles all guards of
+an entry into one generated function, so a call checks them with straight-line
+Python and no interpretation of a guard list.
+"""
+from __future__ import annotations
+
+import math
+import types
+from dataclasses import dataclass
+
+import torch
+
+from .sources import ConstTable, Source
+
+# Python values a guard compares by value; every other object is compared by
+# identity or by type.
+VALUE_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis))
+
+
+@dataclass(frozen=True, eq=False)
+class Guard:
+    source: Source | None  # None: a global-state guard (grad mode, default dtype)
+    condition: str         # Python expression; "{v}" is the source's value
+    text: str              # readable form for explain / logs
+    other: Source | None = None  # a second source, "{w}", for guards relating two values
+
+    def key(self):
+        return (self.source, self.condition, self.other)
+
+
+class GuardSet:
+    def __init__(self, consts: ConstTable):
+        self.consts = consts
+        self.guards: list[Guard] = []
+        self._keys: set = set()
+
+    def add(self, source: Source | None, condition: str, text: str, other: Source | None = None) -> None:
+        guard = Guard(source, condition, text, other)
+        if guard.key() in self._keys:
+            return
+        self._keys.add(guard.key())
+        self.guards.append(guard)
+
+    # ---- the guard kinds -------------------------------------------------
+
+    def tensor(self, source: Source, value: torch.Tensor) -> None:
+        cls = self.consts.ref(type(value), type(value).__name__)
+        dtype = self.consts.ref(value.dtype, str(value.dtype).replace("torch.", ""))
+        device = self.consts.ref(value.device, "device_" + value.device.type)
+        shape, stride = tuple(value.shape), value.stride()
+        condition = (
+            f"type({{v}}) is {cls} and {{v}}.dtype is {dtype} and {{v}}.device == {device} "
+            f"and {{v}}.shape == {shape!r} and {{v}}.stride() == {stride!r} "
+            f"and {{v}}.requires_grad is {value.requires_grad}"
+        )
+        text = (
+            f"{source.name()}: {type(value).__name__}({str(value.dtype).replace('torch.', '')}, "
+            f"{value.device}, shape={list(shape)}, stride={list(stride)}, requires_grad={value.requires_grad})"
+        )
+        self.add(source, condition, text)
+
+    def constant(self, source: Source, value) -> None:
+        if value is None or isinstance(value, bool) or value is Ellipsis:
+            self.add(source, f"{{v}} is {value!r}", f"{source.name()} is {value!r}")
+        elif isinstance(value, float) and math.isnan(value):
+            self.add(source, "type({v}) is float and {v} != {v}", f"{source.name()} is nan")
+        elif type(value) is float and value == 0.0:
+            sign = "-" if math.copysign(1.0, value) < 0 else ""
+            self.consts.values["copysign"] = math.copysign
+            self.add(source, f"type({{v}}) is float and {{v}} == 0.0 and copysign(1.0, {{v}}) == {sign}1.0",
+                     f"{source.name()} == {value!r}")
+        elif type(value) in VALUE_TYPES:
+            self.add(source, f"type({{v}}) is {type(value).__name__} and {{v}} == {value!r}",
+                     f"{source.name()} == {value!r}")
+        elif isinstance(value, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+            ref = self.consts.ref(value, str(value).replace("torch.", "").replace(":", "_"))
+            self.add(source, f"{{v}} == {ref} and type({{v}}) is {type(value).__name__}",
+                     f"{source.name()} == {value}")
+            self.consts.values.setdefault(type(value).__name__, type(value))
+        else:
+            self.identity(source, value)
+
+    def identity(self, source: Source, value) -> None:
+        ref = self.consts.ref(value, _short_name(value))
+        self.add(source, f"{{v}} is {ref}", f"{source.name()} is {_describe(value)}")
+
+    def type_is(self, source: Source, cls: type) -> None:
+        ref = self.consts.ref(cls, cls.__name__)
+        self.add(source, f"type({{v}}) is {ref}", f"type({source.name()}) is {cls.__qualname__}")
+
+    def length(self, source: Source, cls: type, n: int) -> None:
+        ref = self.consts.ref(cls, cls.__name__)
+        self.add(source, f"type({{v}}) is {ref} and len({{v}}) == {n}",
+                 f"type({source.name()}) is {cls.__qualname__} and len == {n}")
+
+    def dict_keys(self, source: Source, cls: type, keys: tuple) -> None:
+        ref = self.consts.ref(cls, cls.__name__)
+        self.add(source, f"type({{v}}) is {ref} and tuple({{v}}) == {keys!r}",
+                 f"type({source.name()}) is {cls.__qualname__} and keys == {list(keys)!r}")
+
+    def hooks(self, source: Source, pre_hooks: tuple, hooks: tuple) -> None:
+        if not pre_hooks and not hooks:
+            self.add(source, "not ({v}._forward_hooks or {v}._forward_pre_hooks)",
+                     f"{source.name()} has no forward hooks")
+            return
+        pre = "(" + "".join(self.consts.ref(h, "hook") + ", " for h in pre_hooks) + ")"
+        post = "(" + "".join(self.consts.ref(h, "hook") + ", " for h in hooks) + ")"
+        self.add(source, f"tuple({{v}}._forward_pre_hooks.values()) == {pre} and "
+                         f"tuple({{v}}._forward_hooks.values()) == {post}",
+                 f"{source.name()} has {len(pre_hooks)} forward pre-hooks and {len(hooks)} forward hooks")
+
+    def same_object(self, a: Source, b: Source, same: bool) -> None:
+        """Two inputs are (or are not) one object: the trace's ``is`` depended on it."""
+        self.add(a, f"({{v}} is {{w}}) is {same}", f"({a.name()} is {b.name()}) is {same}", other=b)
+
+    def has_attr(self, source: Source, attr: str, present: bool) -> None:
+        self.add(source, f"hasattr({{v}}, {attr!r}) is {present}",
+                 f"hasattr({source.name()}, {attr!r}) is {present}")
+
+    def global_state(self, grad_enabled: bool, default_dtype: torch.dtype) -> None:
+        self.consts.values["is_grad_enabled"] = torch.is_grad_enabled
+        self.consts.values["get_default_dtype"] = torch.get_default_dtype
+        dtype = self.consts.ref(default_dtype, str(default_dtype).replace("torch.", ""))
+        self.add(None, f"is_grad_enabled() is {grad_enabled}", f"torch.is_grad_enabled() is {grad_enabled}")
+        self.add(None, f"get_default_dtype() is {dtype}", f"torch.get_default_dtype() is {default_dtype}")
+
+    def render(self) -> str:
+        return "\n".join(g.text for g in self.guards)
+
+
+def _short_name(value) -> str:
+    if isinstance(value, types.ModuleType):
+        return value.__name__.split(".")[-1]
+    return getattr(value, "__name__", None) or type(value).__name__
+
+
+def _describe(value) -> str:
+    if isinstance(value, types.ModuleType):
+        return f"module {value.__name__}"
+    if isinstance(value, (types.FunctionType, type)):
+        return f"{getattr(value, '__qualname__', value)} (id {id(value):#x})"
+    return f"<{type(value).__qualname__} object id {id(value):#x}>"

@@ -1,0 +1,208 @@
+"""One frame of the symbolic interpreter: a function's bytecode run over symbolic values.
+
+A frame has what CPython's frame has — a value stack, local variables, cells,
+an instruction pointer — plus the ``with`` blocks open at the current
+instruction. That is the state a graph break needs to stop capture at an
+instruction and hand the rest to CPython (``snapshot``).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ...errors import Unsupported
+from ..variables.base import RaisedInUserCode
+from ..bytecode import Instruction, decode, source_line
+from ..variables.base import NULL, Variable, unsupported
+from ..variables.functions import CellVariable
+from .registry import HANDLERS
+
+# Frames from torch's own Python files are library code: locations point past them.
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_SURGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+
+# A trace that runs this many instructions is most likely an endless loop.
+MAX_INSTRUCTIONS = 2_000_000
+
+
+class LazyInput:
+    """A root-frame argument, wrapped (and guarded) on first read."""
+
+    def __init__(self, value, source):
+        self.value = value
+        self.source = source
+
+
+@dataclass
+class FrameSnapshot:
+    instruction: int
+    stack: list
+    locals: dict
+    blocks: list
+
+
+class Frame:
+    def __init__(self, tracer, code, f_globals: dict, local_vars: dict, cells: dict, parent=None,
+                 name: str | None = None, is_generator=False):
+        self.tracer = tracer
+        self.code = code
+        self.f_globals = f_globals
+        self.decoded = decode(code)
+        self.instructions: list[Instruction] = self.decoded.instructions
+        self.locals: dict = local_vars
+        self.cells: dict[str, CellVariable] = cells
+        self.parent = parent
+        self.name = name or code.co_name
+        self.stack: list[Variable] = []
+        self.ip = 0
+        self.current: Instruction | None = None
+        self.kw_names: tuple = ()
+        # Open `with` blocks (their context variables), innermost last.
+        self.block_stack: list = []
+        self.return_value: Variable | None = None
+        self.done = False
+        # Generator frames pause at each yield (``yielded`` holds the value) and
+        # are resumed by whoever iterates them.
+        self.is_generator = is_generator
+        self.paused = False
+        self.yielded: Variable | None = None
+
+    # ---- stack ---------------------------------------------------------------
+
+    def push(self, value: Variable) -> None:
+        self.stack.append(value)
+
+    def pop(self) -> Variable:
+        return self.stack.pop()
+
+    def popn(self, n: int) -> list:
+        if n == 0:
+            return []
+        values = self.stack[-n:]
+        del self.stack[-n:]
+        return values
+
+    def peek(self, depth: int = 1) -> Variable:
+        return self.stack[-depth]
+
+    def jump(self, inst: Instruction) -> None:
+        self.ip = inst.target
+
+    # ---- locals ----------------------------------------------------------------
+
+    def load_local(self, name: str) -> Variable:
+        if name in self.cells and name not in self.locals:
+            return self.cells[name].load(self.tracer)
+        value = self.locals.get(name)
+        if value is None:
+            unsupported(f"local variable {name!r} referenced before assignment")
+        if isinstance(value, LazyInput):
+            value = self.tracer.wrap(value.value, value.source)
+            self.locals[name] = value
+        return value
+
+    def snapshot(self) -> FrameSnapshot:
+        return FrameSnapshot(self.ip, list(self.stack), dict(self.locals), list(self.block_stack))
+
+    # ---- running ---------------------------------------------------------------
+
+    def run(self) -> Variable:
+        tracer = self.tracer
+        previous = tracer.current_frame
+        tracer.current_frame = self
+        try:
+            while not self.done and not self.paused:
+                inst = self.instructions[self.ip]
+                self.current = inst
+                self.ip += 1
+                tracer.instruction_count += 1
+                if tracer.instruction_count > MAX_INSTRUCTIONS:
+                    unsupported("the trace ran too many instructions (an endless loop?)")
+                handler = HANDLERS.get(inst.opname)
+                if handler is None:
+                    unsupported(f"bytecode {inst.opname} is not supported")
+                try:
+                    handler(self, inst)
+                except RaisedInUserCode as raised:
+                    if not self.enter_exception_handler(inst, raised):
+                        raise
+        except Unsupported as e:
+            if e.location is None:
+                attach_location(e, self)
+            raise
+        finally:
+            tracer.current_frame = previous
+        return self.return_value
+
+    def resume(self, parent) -> Variable | None:
+        """Run a generator frame to its next yield; None once it has returned."""
+        if self.done:
+            return None
+        if self.paused:
+            self.paused = False
+            from ..variables.constant import NONE
+
+            self.push(NONE)  # the value "sent" into the generator
+        self.parent = parent
+        self.run()
+        return None if self.done else self.yielded
+
+    def enter_exception_handler(self, inst: Instruction, raised) -> bool:
+        """Jump to the handler covering ``inst`` (CPython's exception table), if any."""
+        for entry in self.decoded.exception_table:
+            if entry.start <= inst.index <= entry.end:
+                from ..variables.constant import ConstantVariable
+                from ..variables.objects import ExceptionVariable
+
+                del self.stack[entry.depth:]
+                if entry.lasti:
+                    self.push(ConstantVariable(inst.offset))
+                self.push(ExceptionVariable(raised.exc_type, []))
+                self.ip = entry.target
+                return True
+        return False
+
+    # ---- provenance --------------------------------------------------------------
+
+    def lineno(self) -> int:
+        return self.current.lineno if self.current is not None else self.code.co_firstlineno
+
+    def chain(self) -> list["Frame"]:
+        frames, frame = [], self
+        while frame is not None:
+            frames.append(frame)
+            frame = frame.parent
+        return frames[::-1]
+
+    def stack_trace(self) -> str:
+        lines = []
+        for frame in self.chain():
+            lineno = frame.lineno()
+            lines.append(f'  File "{frame.code.co_filename}", line {lineno}, in {frame.name}')
+            text = source_line(frame.code.co_filename, lineno)
+            if text:
+                lines.append(f"    {text}")
+        return "\n".join(lines)
+
+
+def is_user_code(filename: str) -> bool:
+    return not (filename.startswith(_TORCH_DIR) or filename.startswith(_SURGE_DIR + os.sep + "surge"))
+
+
+def attach_location(error: Unsupported, frame: Frame) -> None:
+    """Name the innermost user frame (not torch's own code) in the error."""
+    chain = frame.chain()
+    user = [f for f in chain if is_user_code(f.code.co_filename)] or chain
+    where = user[-1]
+    lineno = where.lineno()
+    text = source_line(where.code.co_filename, lineno)
+    error.location = f"{where.code.co_filename}:{lineno} in {where.name}" + (f": {text}" if text else "")
+    error.user_file = where.code.co_filename
+    error.user_line = lineno
+    error.source_text = text
+    error.args = (f"{error.reason}\n  at {error.location}",)
+
+
+__all__ = ["Frame", "LazyInput", "NULL"]

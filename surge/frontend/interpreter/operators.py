@@ -1,0 +1,231 @@
+"""Python operators over symbolic values: tensors record graph ops, known values
+compute now, containers and objects follow Python's rules."""
+from __future__ import annotations
+
+import operator
+
+from ..variables.base import Variable, raise_in_user_code, unsupported
+from ..variables.constant import ConstantVariable
+from ..variables.containers import (
+    BaseSequenceVariable, DictVariable, ListVariable, SetVariable, TupleVariable, _key_of,
+)
+from ..variables.tensor import TensorVariable, record_op
+
+INPLACE_TO_BINARY = {
+    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+    operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv, operator.imod: operator.mod,
+    operator.ipow: operator.pow, operator.imatmul: operator.matmul, operator.iand: operator.and_,
+    operator.ior: operator.or_, operator.ixor: operator.xor, operator.ilshift: operator.lshift,
+    operator.irshift: operator.rshift,
+}
+
+UNARY = {operator.neg, operator.pos, operator.invert, operator.not_, operator.abs, operator.index, operator.truth}
+
+
+def apply_operator(tx, fn, args: list) -> Variable:
+    """Entry for operator-module functions called directly (operator.add(a, b), ...)."""
+    if fn in UNARY:
+        return unary_op(tx, fn, args[0])
+    if fn is operator.getitem:
+        return getitem(tx, *args)
+    if fn is operator.setitem:
+        setitem(tx, *args)
+        return ConstantVariable(None)
+    if fn is operator.contains:
+        return ConstantVariable(contains(tx, args[0], args[1]))
+    if fn is operator.is_:
+        return ConstantVariable(is_same(args[0], args[1], tx))
+    if fn is operator.is_not:
+        return ConstantVariable(not is_same(args[0], args[1], tx))
+    if len(args) == 2:
+        return binary_op(tx, fn, args[0], args[1])
+    unsupported(f"operator.{fn.__name__} in compiled code")
+
+
+def unary_op(tx, fn, value: Variable) -> Variable:
+    if fn is operator.not_:
+        if isinstance(value, TensorVariable):
+            unsupported("`not` of a tensor (data-dependent)")
+        return ConstantVariable(not value.truthy(tx))
+    if fn is operator.truth:
+        return ConstantVariable(value.truthy(tx))
+    if isinstance(value, TensorVariable):
+        if fn is operator.index:
+            unsupported("using a tensor as an index into a Python sequence")
+        return record_op(tx, "call_function", fn, [value], {})
+    if value.is_constant():
+        try:
+            return ConstantVariable(fn(value.as_constant()))
+        except Exception as e:
+            unsupported(f"{fn.__name__} raised {type(e).__name__}: {e}")
+    unsupported(f"{fn.__name__} of {value}")
+
+
+def binary_op(tx, fn, a: Variable, b: Variable) -> Variable:
+    if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+        return record_op(tx, "call_function", fn, [a, b], {})
+    inplace_of = INPLACE_TO_BINARY.get(fn)
+    if inplace_of is not None:
+        if isinstance(a, ListVariable) and fn is operator.iadd:
+            a.check_mutable(tx)
+            a.items.extend(b.iterate(tx))
+            return a
+        return binary_op(tx, inplace_of, a, b)
+    if a.is_constant() and b.is_constant():
+        try:
+            return tx.wrap(fn(a.as_constant(), b.as_constant()), None)
+        except Exception as e:
+            raise_in_user_code(type(e), f"{fn.__name__}: {e}")
+    rule = _SEQUENCE_RULES.get(fn)
+    if rule is not None:
+        result = rule(tx, a, b)
+        if result is not None:
+            return result
+    if fn in (operator.eq, operator.ne):
+        equal = compare_equal(tx, a, b)
+        return ConstantVariable(equal if fn is operator.eq else not equal)
+    unsupported(f"operator {fn.__name__} on {a} and {b}")
+
+
+def _concat(tx, a, b):
+    if isinstance(a, TupleVariable) and isinstance(b, TupleVariable):
+        return TupleVariable(a.items + b.items)
+    if isinstance(a, ListVariable) and isinstance(b, ListVariable):
+        return ListVariable(a.items + b.items)
+    return None
+
+
+def _repeat(tx, a, b):
+    if isinstance(a, BaseSequenceVariable) and b.is_constant():
+        return a.rebuild(a.items * b.as_constant())
+    if isinstance(b, BaseSequenceVariable) and a.is_constant():
+        return b.rebuild(b.items * a.as_constant())
+    return None
+
+
+def _merge(tx, a, b):
+    if isinstance(a, DictVariable) and isinstance(b, DictVariable):
+        return DictVariable({**a.items, **b.items})
+    if isinstance(a, SetVariable) and isinstance(b, SetVariable):
+        return SetVariable({**a.items, **b.items})
+    return None
+
+
+def _set_op(keep):
+    def rule(tx, a, b):
+        if isinstance(a, SetVariable) and isinstance(b, SetVariable):
+            keys = keep(set(a.items), set(b.items))
+            merged = {**b.items, **a.items}
+            return SetVariable({k: merged[k] for k in merged if k in keys})
+        return None
+    return rule
+
+
+_SEQUENCE_RULES = {
+    operator.add: _concat,
+    operator.mul: _repeat,
+    operator.or_: _merge,
+    operator.and_: _set_op(lambda x, y: x & y),
+    operator.sub: _set_op(lambda x, y: x - y),
+    operator.xor: _set_op(lambda x, y: x ^ y),
+}
+
+
+def is_same(a: Variable, b: Variable, tx=None) -> bool:
+    """Python's ``a is b`` for symbolic values."""
+    if a is b:
+        return True
+    if (isinstance(a, TensorVariable) and isinstance(b, TensorVariable) and a.real is not None
+            and b.real is not None and a.source is not None and b.source is not None and tx is not None):
+        # Two inputs read from different places: decided by the objects, and guarded.
+        same = a.real is b.real
+        tx.guards.same_object(a.source, b.source, same)
+        return same
+    if a.is_constant() and b.is_constant():
+        x, y = a.as_constant(), b.as_constant()
+        return x is y or (type(x) is type(y) and type(x) in (int, str, bool, float) and x == y and type(x) is not float)
+    if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
+        return a.node is b.node
+    key_a, key_b = getattr(a, "identity_key", None), getattr(b, "identity_key", None)
+    if key_a is not None and key_b is not None:
+        return key_a() == key_b()
+    return False
+
+
+def compare_equal(tx, a: Variable, b: Variable) -> bool:
+    """Python's ``a == b`` where it must be a bool (``in``, ``index``, ``==`` on containers)."""
+    if is_same(a, b, tx):
+        return True
+    if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+        if a.is_constant() and a.as_constant() is None or b.is_constant() and b.as_constant() is None:
+            return False
+        unsupported("comparing tensors for equality as a Python bool (data-dependent)")
+    if a.is_constant() and b.is_constant():
+        return a.as_constant() == b.as_constant()
+    if isinstance(a, BaseSequenceVariable) and isinstance(b, BaseSequenceVariable):
+        return (a.python_type() is b.python_type() or {a.python_type(), b.python_type()} <= {tuple}) \
+            and len(a.items) == len(b.items) and all(compare_equal(tx, x, y) for x, y in zip(a.items, b.items))
+    if isinstance(a, DictVariable) and isinstance(b, DictVariable):
+        return a.items.keys() == b.items.keys() and all(compare_equal(tx, a.items[k], b.items[k]) for k in a.items)
+    return False
+
+
+def contains(tx, container: Variable, item: Variable) -> bool:
+    if isinstance(container, TensorVariable):
+        unsupported("`in` on a tensor (data-dependent)")
+    if isinstance(container, (DictVariable, SetVariable)):
+        return _key_of(tx, item) in container.items
+    if container.is_constant() and item.is_constant():
+        return item.as_constant() in container.as_constant()
+    from ..variables.objects import NNModuleVariable
+
+    if isinstance(container, NNModuleVariable) and item.is_constant():
+        return item.as_constant() in container.module._modules
+    return any(compare_equal(tx, item, x) for x in container.iterate(tx))
+
+
+def getitem(tx, obj: Variable, index: Variable) -> Variable:
+    if isinstance(obj, TensorVariable):
+        return record_op(tx, "call_function", operator.getitem, [obj, index], {})
+    if isinstance(index, TensorVariable):
+        unsupported("indexing a Python container with a tensor")
+    handler = getattr(obj, "getitem", None)
+    if handler is not None:
+        return handler(tx, index)
+    if obj.is_constant():
+        try:
+            return tx.wrap(obj.as_constant()[index.as_constant()], None)
+        except Exception as e:
+            raise_in_user_code(type(e), f"indexing: {e}")
+    unsupported(f"indexing {obj}")
+
+
+def setitem(tx, obj: Variable, index: Variable, value: Variable) -> None:
+    if isinstance(obj, TensorVariable):
+        record_op(tx, "call_function", operator.setitem, [obj, index, value], {})
+        return
+    if isinstance(obj, ListVariable):
+        obj.check_mutable(tx)
+        key = index.as_constant()
+        if isinstance(key, slice):
+            obj.items[key] = value.iterate(tx)
+        else:
+            obj.items[key] = value
+        return
+    if isinstance(obj, DictVariable):
+        obj.check_mutable(tx)
+        obj.items[_key_of(tx, index)] = value
+        return
+    unsupported(f"item assignment on {obj}")
+
+
+def delitem(tx, obj: Variable, index: Variable) -> None:
+    if isinstance(obj, ListVariable):
+        obj.check_mutable(tx)
+        del obj.items[index.as_constant()]
+        return
+    if isinstance(obj, DictVariable):
+        obj.check_mutable(tx)
+        obj.items.pop(_key_of(tx, index), None)
+        return
+    unsupported(f"del on {obj}")

@@ -1,0 +1,112 @@
+"""Rebuilding the return value on every call, as generated Python expressions.
+
+The trace's return value is a tree of symbolic values; each kind says how to
+write it as an expression over the graph's outputs (``out[i]``), the call's
+inputs (source expressions) and constants, so the compiled call returns
+exactly the structure eager returns.
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import Unsupported
+from .variables.base import Variable
+from .variables.builtins import BuiltinVariable
+from .variables.constant import ConstantVariable
+from .variables.containers import (
+    DictVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, key_variable,
+)
+from .variables.functions import UserFunctionVariable, UserMethodVariable
+from .variables.objects import ClassVariable, NewObjectVariable, NNModuleVariable, PythonModuleVariable, UserObjectVariable
+from .variables.tensor import TensorVariable
+from .variables.torch_fns import TorchFunctionVariable
+
+_LITERAL_TYPES = (int, str, bool, type(None), bytes)
+
+
+def new_object(cls, attrs: dict):
+    """An instance of ``cls`` with ``attrs`` set, the way the trace built it."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(attrs)
+    return obj
+
+
+def collect_tensor_outputs(value: Variable, outputs: list, seen: set) -> None:
+    """The graph-computed tensors a return value needs, in first-use order."""
+    if isinstance(value, TensorVariable):
+        if value.node.op != "placeholder" and value.node not in seen:
+            seen.add(value.node)
+            outputs.append(value)
+    elif isinstance(value, (TupleVariable, ListVariable)):
+        for item in value.items:
+            collect_tensor_outputs(item, outputs, seen)
+    elif isinstance(value, (DictVariable, SetVariable)):
+        for item in value.items.values():
+            collect_tensor_outputs(item, outputs, seen)
+    elif isinstance(value, NewObjectVariable):
+        for item in value.attrs.values():
+            collect_tensor_outputs(item, outputs, seen)
+
+
+class ReturnCodegen:
+    def __init__(self, codegen, output_index: dict):
+        self.codegen = codegen  # EntryCodegen: value_of(source), consts
+        self.output_index = output_index  # fx node -> position in the graph's outputs
+
+    def const(self, value, hint="K"):
+        if type(value) in _LITERAL_TYPES or (type(value) is float and math.isfinite(value)):
+            return repr(value)
+        return self.codegen.consts.ref(value, hint)
+
+    def expr(self, value: Variable) -> str:
+        if isinstance(value, TensorVariable):
+            if value.node.op == "placeholder":
+                return self.codegen.value_of(value.source)
+            return f"out[{self.output_index[value.node]}]"
+        if isinstance(value, ConstantVariable):
+            if isinstance(value.value, tuple):
+                items = "(" + "".join(self.const(v) + ", " for v in value.value) + ")"
+                if type(value.value) is tuple:
+                    return items
+                return f"{self.codegen.consts.ref(type(value.value), type(value.value).__name__)}({items})"
+            return self.const(value.value, type(value.value).__name__)
+        if isinstance(value, TupleVariable):
+            items = "".join(self.expr(i) + ", " for i in value.items)
+            if value.cls is None:
+                return f"({items})"
+            cls = self.codegen.consts.ref(value.cls, value.cls.__name__)
+            if hasattr(value.cls, "_fields"):
+                return f"{cls}({items})"
+            return f"{cls}(({items}))"
+        if isinstance(value, ListVariable):
+            return "[" + ", ".join(self.expr(i) for i in value.items) + "]"
+        if isinstance(value, DictVariable):
+            body = ", ".join(f"{self.expr(key_variable(k))}: {self.expr(v)}" for k, v in value.items.items())
+            if value.cls is dict:
+                return "{" + body + "}"
+            return f"{self.codegen.consts.ref(value.cls, value.cls.__name__)}({{{body}}})"
+        if isinstance(value, SetVariable):
+            if not value.items:
+                return "frozenset()" if value.frozen else "set()"
+            body = "{" + ", ".join(self.expr(v) for v in value.items.values()) + "}"
+            return f"frozenset({body})" if value.frozen else body
+        if isinstance(value, SliceVariable):
+            return f"slice({self.expr(value.start)}, {self.expr(value.stop)}, {self.expr(value.step)})"
+        if isinstance(value, NewObjectVariable):
+            cls = self.codegen.consts.ref(value.cls, value.cls.__name__)
+            builder = self.codegen.consts.ref(new_object, "new_object")
+            body = ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.attrs.items())
+            return f"{builder}({cls}, {{{body}}})"
+        if value.source is not None:
+            return self.codegen.value_of(value.source)
+        if isinstance(value, (NNModuleVariable, UserObjectVariable)):
+            return self.codegen.consts.ref(value.obj, type(value.obj).__name__)
+        if isinstance(value, ClassVariable):
+            return self.codegen.consts.ref(value.cls, value.cls.__name__)
+        if isinstance(value, (BuiltinVariable, TorchFunctionVariable, UserFunctionVariable)):
+            return self.codegen.consts.ref(value.fn, getattr(value.fn, "__name__", "fn"))
+        if isinstance(value, PythonModuleVariable):
+            return self.codegen.consts.ref(value.module, value.module.__name__)
+        if isinstance(value, UserMethodVariable):
+            raise Unsupported("returning a bound method from compiled code")
+        raise Unsupported(f"returning {value} from compiled code")

@@ -1,0 +1,72 @@
+"""Side effects on state outside the frame, replayed by the generated entry.
+
+When captured code writes to something that outlives the call — a closure
+variable, a global, an attribute of an input object or module, an input list or
+dict — the trace keeps the new value (later reads in the same trace see it)
+and the entry function performs the same writes after the graph runs, so the
+caller observes what eager would have done.
+"""
+from __future__ import annotations
+
+from .sources import Source
+
+
+class SideEffects:
+    def __init__(self):
+        self._containers: dict[int, object] = {}          # id(variable) -> mutated input list/dict
+        self._stores: dict[tuple, tuple] = {}             # key -> (kind, source, name, value)
+        self._attributes: dict[tuple, object] = {}        # (id(obj), name) -> value, for reads
+
+    # ---- recording --------------------------------------------------------------
+
+    def mutate_container(self, var) -> None:
+        self._containers.setdefault(id(var), var)
+
+    def store_cell(self, source: Source, value) -> None:
+        self._stores[("cell", source)] = ("cell", source, None, value)
+
+    def store_global(self, source: Source, value) -> None:
+        self._stores[("global", source)] = ("global", source, None, value)
+
+    def store_attribute(self, obj, source: Source, name: str, value) -> None:
+        self._stores[("attr", source, name)] = ("attr", source, name, value)
+        self._attributes[(id(obj), name)] = value
+
+    def attribute(self, obj, name: str):
+        """The value the trace itself stored into ``obj.name``, if any."""
+        return self._attributes.get((id(obj), name))
+
+    def global_value(self, source: Source):
+        found = self._stores.get(("global", source))
+        return found[3] if found is not None else None
+
+    # ---- replay -----------------------------------------------------------------
+
+    def values(self) -> list:
+        """Every symbolic value the replay writes (their tensors must be graph outputs)."""
+        out = [v for _, _, _, v in self._stores.values()]
+        for var in self._containers.values():
+            out.extend(var.items.values() if isinstance(var.items, dict) else var.items)
+        return out
+
+    def statements(self, codegen, expr) -> list[str]:
+        lines = []
+        for var in self._containers.values():
+            target = codegen.value_of(var.source)
+            if isinstance(var.items, dict):
+                body = ", ".join(f"{k!r}: {expr(v)}" for k, v in var.items.items())
+                lines += [f"new_items = {{{body}}}", f"{target}.clear()", f"{target}.update(new_items)"]
+            else:
+                lines.append(f"{target}[:] = [{', '.join(expr(v) for v in var.items)}]")
+        for kind, source, name, value in self._stores.values():
+            if kind == "cell":
+                parent = codegen.value_of(source.parent)
+                lines.append(f"{parent}.__closure__[{source.index}].cell_contents = {expr(value)}")
+            elif kind == "global":
+                lines.append(f"{source.expr(None, codegen.consts)} = {expr(value)}")
+            else:
+                lines.append(f"setattr({codegen.value_of(source)}, {name!r}, {expr(value)})")
+        return lines
+
+    def __bool__(self):
+        return bool(self._containers or self._stores)

@@ -1,0 +1,260 @@
+"""Where a value the trace read came from, as a Python expression.
+
+A source names a value reachable from a call's inputs: an argument, a global,
+a closure cell, an attribute or item of another source, or a constant object
+whose identity is already guarded. Guards and graph-input extraction are
+generated from these expressions, so the per-call code reads exactly what the
+trace read.
+
+``name()`` is the readable form used in guard listings (``L['x'].weight``);
+``expr(parent)`` is the generated-code form, given the local variable that holds
+the parent's value.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class Source:
+    parent: "Source | None" = None
+
+    def name(self) -> str:
+        raise NotImplementedError
+
+    def expr(self, parent: str | None, consts: "ConstTable") -> str:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.name()
+
+
+class ConstTable:
+    """Objects referenced by generated code, each under a readable unique name."""
+
+    def __init__(self):
+        self.values: dict[str, object] = {}
+        self._by_id: dict[int, str] = {}
+
+    def ref(self, value: object, hint: str = "K") -> str:
+        key = id(value)
+        if key in self._by_id:
+            return self._by_id[key]
+        base = "".join(ch if ch.isalnum() else "_" for ch in hint)[:40] or "K"
+        if not base[0].isalpha():
+            base = "K_" + base
+        name = f"{base}_{len(self.values)}"
+        self.values[name] = value
+        self._by_id[key] = name
+        return name
+
+
+@dataclass(frozen=True)
+class ArgSource:
+    """A parameter of the compiled function bound from the call's ``args``."""
+
+    index: int
+    param: str
+    parent = None
+
+    def name(self):
+        return f"L[{self.param!r}]"
+
+    def expr(self, parent, consts):
+        return f"args[{self.index}]"
+
+
+@dataclass(frozen=True)
+class KwargSource:
+    """A parameter of the compiled function bound from the call's ``kwargs``."""
+
+    key: str
+    param: str
+    parent = None
+
+    def name(self):
+        return f"L[{self.param!r}]"
+
+    def expr(self, parent, consts):
+        return f"kwargs[{self.key!r}]"
+
+
+@dataclass(frozen=True, eq=False)
+class ConstSource:
+    """An object whose identity a guard already fixed; read as a constant."""
+
+    value: object
+    label: str
+    parent = None
+
+    def name(self):
+        return self.label
+
+    def expr(self, parent, consts):
+        return consts.ref(self.value, self.label.split("[")[0].split(".")[-1] or "K")
+
+    def __eq__(self, other):
+        return isinstance(other, ConstSource) and other.value is self.value
+
+    def __hash__(self):
+        return id(self.value)
+
+
+@dataclass(frozen=True, eq=False)
+class GlobalSource:
+    """``name`` in a function's globals dict."""
+
+    globals_dict: dict
+    key: str
+    parent = None
+
+    def name(self):
+        module = self.globals_dict.get("__name__", "?")
+        return f"G[{self.key!r}]" if module == "__main__" else f"G({module})[{self.key!r}]"
+
+    def expr(self, parent, consts):
+        return f"{consts.ref(self.globals_dict, 'G')}[{self.key!r}]"
+
+    def __eq__(self, other):
+        return isinstance(other, GlobalSource) and other.globals_dict is self.globals_dict and other.key == self.key
+
+    def __hash__(self):
+        return hash((id(self.globals_dict), self.key))
+
+
+@dataclass(frozen=True)
+class RootFunctionSource:
+    """The compiled function object itself (its defaults and closure cells)."""
+
+    parent = None
+
+    def name(self):
+        return "fn"
+
+    def expr(self, parent, consts):
+        return "fn"
+
+
+@dataclass(frozen=True)
+class AttrSource:
+    parent: Source
+    attr: str
+
+    def name(self):
+        return f"{self.parent.name()}.{self.attr}"
+
+    def expr(self, parent, consts):
+        return f"{parent}.{self.attr}"
+
+
+@dataclass(frozen=True)
+class CallSource:
+    """``parent()``: the referent of a weak reference."""
+
+    parent: Source
+
+    def name(self):
+        return f"{self.parent.name()}()"
+
+    def expr(self, parent, consts):
+        return f"{parent}()"
+
+
+@dataclass(frozen=True)
+class ItemSource:
+    """``parent[key]`` for a constant key (int, str, ...)."""
+
+    parent: Source
+    key: object
+
+    def name(self):
+        return f"{self.parent.name()}[{self.key!r}]"
+
+    def expr(self, parent, consts):
+        return f"{parent}[{self.key!r}]"
+
+
+@dataclass(frozen=True)
+class ModuleDictSource:
+    """An entry of an nn.Module's ``_parameters``/``_buffers``/``_modules`` dict."""
+
+    parent: Source
+    table: str
+    key: str
+
+    def name(self):
+        return f"{self.parent.name()}.{self.key}"
+
+    def expr(self, parent, consts):
+        return f"{parent}.{self.table}[{self.key!r}]"
+
+
+@dataclass(frozen=True)
+class DefaultSource:
+    """A positional default (``fn.__defaults__[i]``) or keyword-only default."""
+
+    parent: Source
+    index: object
+    kwonly: bool = False
+
+    def name(self):
+        table = "__kwdefaults__" if self.kwonly else "__defaults__"
+        return f"{self.parent.name()}.{table}[{self.index!r}]"
+
+    def expr(self, parent, consts):
+        table = "__kwdefaults__" if self.kwonly else "__defaults__"
+        return f"{parent}.{table}[{self.index!r}]"
+
+
+@dataclass(frozen=True)
+class ClosureSource:
+    """The contents of closure cell ``index`` of a function (``fn.__closure__``)."""
+
+    parent: Source
+    index: int
+    var: str
+
+    def name(self):
+        return f"{self.parent.name()}.<closure {self.var}>"
+
+    def expr(self, parent, consts):
+        return f"{parent}.__closure__[{self.index}].cell_contents"
+
+
+@dataclass(frozen=True)
+class ParamSource:
+    """A parameter bound however the call passes it: positionally (``index``), by
+    keyword, or else from its default (``default``: an index into ``__defaults__``,
+    a name in ``__kwdefaults__``, or None when it has none)."""
+
+    param: str
+    index: int | None
+    default: object
+    parent = None
+
+    def name(self):
+        return f"L[{self.param!r}]"
+
+    def expr(self, parent, consts):
+        if self.default is None:
+            fallback = f"kwargs[{self.param!r}]"
+        else:
+            table = "__defaults__" if isinstance(self.default, int) else "__kwdefaults__"
+            fallback = f"(kwargs[{self.param!r}] if {self.param!r} in kwargs else fn.{table}[{self.default!r}])"
+        if self.index is None:
+            return fallback
+        return f"(args[{self.index}] if len(args) > {self.index} else {fallback})"
+
+
+@dataclass(frozen=True)
+class VarArgsSource:
+    """The ``*args`` tuple of the compiled function: ``args[start:]``."""
+
+    start: int
+    param: str
+    parent = None
+
+    def name(self):
+        return f"L[{self.param!r}]"
+
+    def expr(self, parent, consts):
+        return f"args[{self.start}:]"

@@ -1,0 +1,129 @@
+"""The state of one capture: graph, guards, constants, grad mode, and the frames running.
+
+Frames (``interpreter.frame.Frame``) execute bytecode; the tracer is what they
+share: it wraps values read from the inputs (``wrap``), inlines calls of user
+functions (``inline_call``) and knows the user's location for provenance.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+
+import torch
+
+from ..options import Options
+from .graph_builder import GraphBuilder
+from .side_effects import SideEffects
+from .guards import GuardSet
+from .sources import AttrSource, ClosureSource, ConstSource, ConstTable, RootFunctionSource
+from .variables.base import unsupported
+from .variables.builder import wrap_value
+from .variables.contexts import GeneratorContextVariable, GradModeContextVariable
+from .variables.functions import GeneratorVariable
+
+# Inlined calls nested deeper than this are most likely unbounded recursion.
+MAX_INLINE_DEPTH = 48
+
+# The wrapper torch puts around functions decorated with @torch.no_grad() & co.
+DECORATE_CONTEXT_CODE = torch.no_grad()(lambda: None).__code__
+
+
+def _one_yield():
+    yield
+
+
+# The function @contextlib.contextmanager returns (shared by every such context manager).
+CONTEXTMANAGER_HELPER_CODE = contextlib.contextmanager(_one_yield).__code__
+
+
+class Tracer:
+    def __init__(self, options: Options):
+        self.options = options
+        self.consts = ConstTable()
+        self.guards = GuardSet(self.consts)
+        self.graph = GraphBuilder()
+        self.side_effects = SideEffects()
+        self.grad_enabled = torch.is_grad_enabled()
+        self.current_frame = None
+        self.instruction_count = 0
+        self._wrapped: dict = {}
+
+    def wrap(self, value, source):
+        if source is None:
+            return wrap_value(self, value, None)
+        found = self._wrapped.get(source)
+        if found is not None and found[0] is value:
+            return found[1]
+        var = wrap_value(self, value, source)
+        self._wrapped[source] = (value, var)
+        return var
+
+    def stack_trace(self) -> str:
+        return self.current_frame.stack_trace() if self.current_frame is not None else ""
+
+    def depth(self) -> int:
+        depth, frame = 0, self.current_frame
+        while frame is not None:
+            depth += 1
+            frame = frame.parent
+        return depth
+
+    def inline_call(self, fn, args: list, kwargs: dict):
+        from .interpreter.frame import Frame
+        from .variables.functions import bind_arguments
+
+        code = fn.code
+        if code is DECORATE_CONTEXT_CODE:
+            return self.call_context_decorated(fn, args, kwargs)
+        if code is CONTEXTMANAGER_HELPER_CODE:
+            # @contextlib.contextmanager: the wrapped generator drives enter and exit.
+            cells = dict(zip(code.co_freevars, fn.closure_cells(self)))
+            generator = cells["func"].load(self).call(self, args, kwargs)
+            return GeneratorContextVariable(generator)
+        if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE):
+            unsupported(f"calling async function {code.co_name}")
+        if self.depth() >= MAX_INLINE_DEPTH:
+            unsupported(f"calls nested deeper than {MAX_INLINE_DEPTH} (recursion?)")
+        bound = bind_arguments(self, fn, args, kwargs)
+        cells = dict(zip(code.co_freevars, fn.closure_cells(self)))
+        is_generator = bool(code.co_flags & inspect.CO_GENERATOR)
+        frame = Frame(self, code, fn.f_globals, bound, cells, parent=self.current_frame,
+                      name=getattr(fn, "qualname", code.co_name), is_generator=is_generator)
+        if is_generator:
+            return GeneratorVariable(self, frame)
+        result = frame.run()
+        return result
+
+    def call_context_decorated(self, fn, args, kwargs):
+        """A function wrapped by @torch.no_grad() / @torch.enable_grad() / @set_grad_enabled(m)."""
+        from .variables.functions import UserFunctionVariable
+
+        if not isinstance(fn, UserFunctionVariable):
+            unsupported("a context-decorated function created inside compiled code")
+        names = fn.code.co_freevars
+        cells = dict(zip(names, fn.fn.__closure__))
+        factory = cells["ctx_factory"].cell_contents
+        owner = getattr(factory, "__self__", None)
+        if type(owner) is torch.no_grad:
+            ctx = GradModeContextVariable(False)
+        elif type(owner) is torch.enable_grad:
+            ctx = GradModeContextVariable(True)
+        elif type(owner) is torch.set_grad_enabled:
+            ctx = GradModeContextVariable(bool(owner.mode))
+        else:
+            unsupported(f"function decorated with context manager {factory}")
+        parent = fn.source if isinstance(fn.source, RootFunctionSource) else (
+            ConstSource(fn.fn, f"fn<{fn.fn.__qualname__}>") if fn.source is not None else None)
+        if isinstance(parent, RootFunctionSource):
+            # Every decorated function shares this wrapper's code object: guard which
+            # context and which function this one wraps.
+            owner_source = AttrSource(ClosureSource(parent, names.index("ctx_factory"), "ctx_factory"), "__self__")
+            self.guards.type_is(owner_source, type(owner))
+            if type(owner) is torch.set_grad_enabled:
+                self.guards.constant(AttrSource(owner_source, "mode"), owner.mode)
+        index = names.index("func")
+        inner = self.wrap(cells["func"].cell_contents, ClosureSource(parent, index, "func") if parent else None)
+        ctx.enter(self)
+        result = inner.call(self, args, kwargs)
+        ctx.exit(self)
+        return result

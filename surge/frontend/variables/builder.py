@@ -1,0 +1,156 @@
+"""Turning a real Python value read from the inputs into a symbolic value, with its guards.
+
+``wrap_value(tx, value, source)`` is called whenever the trace reads a value
+from outside (an argument, a global, a closure cell, an attribute of an input
+object). With a source, it installs the guards the value's kind needs (tensor
+metadata, constant value, container length/keys, object identity or type);
+without one (values derived from trusted libraries) it only wraps.
+"""
+from __future__ import annotations
+
+import enum
+import types
+import weakref
+
+import torch
+
+from ..sources import ItemSource
+from .base import unsupported
+from .builtins import BUILTIN_RULES, BuiltinVariable
+from .constant import ConstantVariable, is_constant_value
+from .containers import DictVariable, ListVariable, SetVariable, TupleVariable
+from .functions import UserFunctionVariable, UserMethodVariable
+from .objects import (
+    ClassVariable, NNModuleVariable, PythonModuleVariable, UserObjectVariable, WeakRefVariable, is_torch_library_code,
+)
+from .tensor import TensorVariable
+from .torch_fns import TorchFunctionVariable
+
+_CALLABLE_TYPES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodDescriptorType,
+                   types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType)
+
+
+def wrap_value(tx, value, source):
+    guards = tx.guards if source is not None else None
+    if isinstance(value, torch.Tensor):
+        return _wrap_tensor(tx, value, source)
+    if isinstance(value, enum.Enum):
+        if guards:
+            guards.identity(source, value)
+        return ConstantVariable(value, source)
+    if is_constant_value(value) and not isinstance(value, tuple):
+        if guards:
+            guards.constant(source, value)
+        return ConstantVariable(value, source)
+    if type(value) in (tuple, list) or (isinstance(value, tuple) and hasattr(type(value), "_fields")) \
+            or isinstance(value, torch.Size):
+        if guards:
+            guards.length(source, type(value), len(value))
+        items = [wrap_value(tx, v, ItemSource(source, i) if source is not None else None)
+                 for i, v in enumerate(value)]
+        if isinstance(value, list):
+            return ListVariable(items, source=source)
+        if isinstance(value, torch.Size):
+            return ConstantVariable(value, source)
+        return TupleVariable(items, cls=None if type(value) is tuple else type(value), source=source)
+    if type(value) is dict or isinstance(value, dict) and type(value).__module__ == "collections":
+        keys = tuple(value)
+        if not all(is_constant_value(k) for k in keys):
+            unsupported("a dict input with non-constant keys")
+        if guards:
+            guards.dict_keys(source, type(value), keys)
+        items = {k: wrap_value(tx, v, ItemSource(source, k) if source is not None else None)
+                 for k, v in value.items()}
+        return DictVariable(items, source=source, cls=type(value))
+    if type(value) in (set, frozenset):
+        if not all(is_constant_value(v) for v in value):
+            unsupported("a set input with non-constant elements")
+        if guards:
+            guards.add(source, f"type({{v}}) is {type(value).__name__} and {{v}} == {set(value)!r}",
+                       f"{source.name()} == {set(value)!r}")
+        return SetVariable({v: ConstantVariable(v) for v in value}, source=source,
+                           frozen=type(value) is frozenset)
+    if isinstance(value, torch.nn.Module):
+        if guards:
+            guards.identity(source, value)
+        return NNModuleVariable(value, source)
+    if isinstance(value, types.ModuleType):
+        if guards:
+            guards.identity(source, value)
+        return PythonModuleVariable(value, source)
+    if guards:
+        if isinstance(value, (types.FunctionType, types.MethodType, type) + _CALLABLE_TYPES):
+            guards.identity(source, value)
+    return _wrap_callable_or_object(tx, value, source)
+
+
+def _wrap_callable_or_object(tx, value, source):
+    if _has_rule(value):
+        return BuiltinVariable(value, source)
+    original = getattr(value, "_surge_original", None)
+    if original is not None and isinstance(value, types.FunctionType):
+        # A function compiled on its own, called from compiled code: inline its original.
+        return wrap_value(tx, original, None)
+    if isinstance(value, types.FunctionType):
+        if getattr(value, "__code__", None) is not None and _is_torch_op_function(value):
+            return TorchFunctionVariable(value, source)
+        return UserFunctionVariable(value, source)
+    if isinstance(value, types.MethodType):
+        from ..sources import AttrSource
+
+        fn = wrap_value(tx, value.__func__, None)
+        self_source = AttrSource(source, "__self__") if source is not None else None
+        self_var = wrap_value(tx, value.__self__, self_source)
+        return UserMethodVariable(fn, self_var, source)
+    if isinstance(value, type):
+        return ClassVariable(value, source)
+    if isinstance(value, _CALLABLE_TYPES) or callable(value) and type(value).__module__.startswith("torch"):
+        if _is_torch_op_builtin(value):
+            return TorchFunctionVariable(value, source)
+        return BuiltinVariable(value, source)
+    if isinstance(value, (torch.autograd.grad_mode.no_grad, torch.autograd.grad_mode.enable_grad)):
+        from .contexts import GradModeContextVariable
+
+        return GradModeContextVariable(isinstance(value, torch.autograd.grad_mode.enable_grad))
+    if source is None:
+        unsupported(f"a {type(value).__qualname__} object in compiled code")
+    tx.guards.type_is(source, type(value))
+    if isinstance(value, weakref.ReferenceType):
+        return WeakRefVariable(value, source)
+    return UserObjectVariable(value, source)
+
+
+def _has_rule(value) -> bool:
+    try:
+        return value in BUILTIN_RULES
+    except TypeError:  # unhashable
+        return False
+
+
+def _is_torch_op_function(fn) -> bool:
+    """Python functions of torch that become one graph op (F.layer_norm, torch.functional.split, ...)."""
+    module = fn.__module__ or ""
+    if fn.__name__.startswith("_"):
+        return False  # private helpers (argument checks, dtype logic) are inlined
+    return module in ("torch.nn.functional", "torch.functional", "torch._tensor", "torch.nn.init") \
+        or module.startswith("torch._refs") or module == "torch"
+
+
+def _is_torch_op_builtin(fn) -> bool:
+    if isinstance(fn, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+        return getattr(fn, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor)
+    return is_torch_library_code(fn) or isinstance(fn, torch._ops.OpOverload) \
+        or isinstance(fn, torch._ops.OpOverloadPacket)
+
+
+def _wrap_tensor(tx, value: torch.Tensor, source):
+    if type(value) not in (torch.Tensor, torch.nn.Parameter):
+        unsupported(f"tensor subclass {type(value).__qualname__} as an input")
+    if source is None:
+        unsupported("a tensor constant that is not reachable from the inputs")
+    if value.is_sparse or value.layout != torch.strided:
+        unsupported("sparse or non-strided tensor input")
+    tx.guards.tensor(source, value)
+    node = tx.graph.placeholder(source, value, source.name())
+    return TensorVariable(node, node.meta["val"], value.device, cls=type(value), source=source, real=value)
+

@@ -1,0 +1,468 @@
+"""Python builtins (and the ``math`` / ``operator`` modules) during capture.
+
+One rule per builtin callable. Rules compute Python results now when their
+inputs are known values, turn tensor arithmetic into graph ops, and refuse
+what would read tensor data into Python (``print``, ``int(tensor)``, ...).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import operator
+
+import torch
+
+from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
+from .constant import NONE, ConstantVariable
+from .containers import (
+    DictVariable, IteratorVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, _key_of,
+)
+from .tensor import TensorVariable, record_op
+
+BUILTIN_RULES: dict = {}
+
+
+def builtin(*fns):
+    def register(rule):
+        for fn in fns:
+            BUILTIN_RULES[fn] = rule
+        return rule
+    return register
+
+
+class BuiltinVariable(Variable):
+    def __init__(self, fn, source=None):
+        self.fn = fn
+        self.source = source
+
+    def python_type(self):
+        return type(self.fn)
+
+    def truthy(self, tx):
+        return True
+
+    def identity_key(self):
+        from .containers import IdentityKey
+
+        return IdentityKey(self, self.fn)
+
+    def call(self, tx, args, kwargs):
+        rule = BUILTIN_RULES.get(self.fn)
+        if rule is None:
+            unsupported(f"call to {getattr(self.fn, '__qualname__', self.fn)} (not supported in compiled code)")
+        return rule(tx, *args, **kwargs)
+
+    def getattr(self, tx, name):
+        if name == "__name__":
+            return ConstantVariable(self.fn.__name__)
+        unsupported(f"attribute {name!r} of builtin {self.fn}")
+
+    def __repr__(self):
+        return f"BuiltinVariable({getattr(self.fn, '__name__', self.fn)})"
+
+
+def _all_constant(args, kwargs=None):
+    return all(a.is_constant() for a in args) and all(v.is_constant() for v in (kwargs or {}).values())
+
+
+def fold(fn, args, kwargs=None):
+    """Apply a pure Python function to known values now."""
+    try:
+        result = fn(*[a.as_constant() for a in args], **{k: v.as_constant() for k, v in (kwargs or {}).items()})
+    except Exception as e:
+        raise_in_user_code(type(e), f"{getattr(fn, '__name__', fn)}(): {e}")
+    return result
+
+
+def _wrap_result(tx, value):
+    return tx.wrap(value, None)
+
+
+# ---- values and types ---------------------------------------------------------
+
+
+@builtin(len)
+def _len(tx, obj):
+    return ConstantVariable(obj.length(tx))
+
+
+@builtin(isinstance)
+def _isinstance(tx, obj, classinfo):
+    cls = _class_info(classinfo)
+    return ConstantVariable(issubclass(obj.python_type(), cls))
+
+
+@builtin(issubclass)
+def _issubclass(tx, cls, classinfo):
+    return ConstantVariable(issubclass(_class_of(cls), _class_info(classinfo)))
+
+
+def _class_of(var):
+    from .objects import ClassVariable
+
+    if isinstance(var, ClassVariable):
+        return var.cls
+    if isinstance(var, BuiltinVariable) and isinstance(var.fn, type):
+        return var.fn
+    if var.is_constant() and isinstance(var.as_constant(), type):
+        return var.as_constant()
+    unsupported(f"{var} is not a class")
+
+
+def _class_info(var):
+    if isinstance(var, TupleVariable):
+        return tuple(_class_info(v) for v in var.items)
+    return _class_of(var)
+
+
+@builtin(type)
+def _type(tx, obj, *rest):
+    if rest:
+        unsupported("type(name, bases, dict) in compiled code")
+    return tx.wrap(obj.python_type(), None)
+
+
+@builtin(callable)
+def _callable(tx, obj):
+    from .functions import FunctionVariable, UserMethodVariable
+    from .objects import ClassVariable
+
+    if isinstance(obj, (FunctionVariable, UserMethodVariable, BuiltinVariable, ClassVariable)):
+        return ConstantVariable(True)
+    if obj.is_constant():
+        return ConstantVariable(callable(obj.as_constant()))
+    return ConstantVariable(callable(getattr(obj, "obj", None)) or hasattr(obj.python_type(), "__call__"))
+
+
+@builtin(getattr)
+def _getattr(tx, obj, name, default=None):
+    try:
+        return obj.getattr(tx, name.as_constant())
+    except AttributeMissing:
+        if default is None:
+            unsupported(f"AttributeError: {obj} has no attribute {name.as_constant()!r}")
+        _guard_absent(tx, obj, name.as_constant())
+        return default
+
+
+@builtin(hasattr)
+def _hasattr(tx, obj, name):
+    try:
+        obj.getattr(tx, name.as_constant())
+        return ConstantVariable(True)
+    except AttributeMissing:
+        _guard_absent(tx, obj, name.as_constant())
+        return ConstantVariable(False)
+
+
+def _guard_absent(tx, obj, name):
+    if obj.source is not None:
+        tx.guards.has_attr(obj.source, name, False)
+
+
+@builtin(setattr)
+def _setattr(tx, obj, name, value):
+    obj.setattr(tx, name.as_constant(), value)
+    return NONE
+
+
+@builtin(object.__setattr__)
+def _object_setattr(tx, obj, name, value):
+    from .objects import NewObjectVariable
+
+    if not isinstance(obj, NewObjectVariable):
+        unsupported("object.__setattr__ on an object that came from the inputs")
+    obj.attrs[name.as_constant()] = value
+    return NONE
+
+
+@builtin(__import__("surge").api.graph_break)
+def _graph_break(tx):
+    unsupported("graph break requested (surge.graph_break())")
+
+
+@builtin(id)
+def _id(tx, obj):
+    unsupported("id() in compiled code")
+
+
+@builtin(print)
+def _print(tx, *args, **kwargs):
+    unsupported("print() in compiled code (output is a side effect)")
+
+
+@builtin(input, open, exec, eval, breakpoint)
+def _io(tx, *args, **kwargs):
+    unsupported("I/O or dynamic code in compiled code")
+
+
+# ---- numbers ------------------------------------------------------------------
+
+
+def _number_conversion(fn):
+    def rule(tx, *args, **kwargs):
+        if any(isinstance(a, TensorVariable) for a in args):
+            unsupported(f"{fn.__name__}() of a tensor reads its data into Python")
+        if not args:
+            return ConstantVariable(fn())
+        return ConstantVariable(fold(fn, args, kwargs))
+    return rule
+
+
+for _fn in (int, float, complex):
+    BUILTIN_RULES[_fn] = _number_conversion(_fn)
+
+
+@builtin(bool)
+def _bool(tx, obj=None):
+    return ConstantVariable(False if obj is None else obj.truthy(tx))
+
+
+def _string_conversion(fn):
+    def rule(tx, *args, **kwargs):
+        if not _all_constant(args, kwargs):
+            unsupported(f"{fn.__name__}() of {args[0] if args else ''} in compiled code")
+        return ConstantVariable(fold(fn, args, kwargs))
+    return rule
+
+
+for _fn in (str, repr, format, ascii, hash, chr, ord, bin, hex, oct, round, divmod):
+    BUILTIN_RULES[_fn] = _string_conversion(_fn)
+
+
+@builtin(abs)
+def _abs(tx, x):
+    if isinstance(x, TensorVariable):
+        return record_op(tx, "call_function", torch.abs, [x], {})
+    return ConstantVariable(fold(abs, [x]))
+
+
+@builtin(pow)
+def _pow(tx, a, b, mod=None):
+    from ..interpreter.operators import binary_op
+
+    if mod is not None:
+        return ConstantVariable(fold(pow, [a, b, mod]))
+    return binary_op(tx, operator.pow, a, b)
+
+
+def _extreme(fn, op):
+    def rule(tx, *args, key=None, default=None):
+        from ..interpreter.operators import binary_op
+
+        if key is not None:
+            unsupported(f"{fn.__name__}(key=...) in compiled code")
+        items = args[0].iterate(tx) if len(args) == 1 else list(args)
+        if not items:
+            if default is None:
+                unsupported(f"{fn.__name__}() of an empty sequence")
+            return default
+        if all(i.is_constant() for i in items):
+            return ConstantVariable(fn(i.as_constant() for i in items))
+        if any(isinstance(i, TensorVariable) for i in items):
+            unsupported(f"{fn.__name__}() comparing tensors (data-dependent)")
+        best = items[0]
+        for item in items[1:]:
+            if binary_op(tx, op, item, best).truthy(tx):
+                best = item
+        return best
+    return rule
+
+
+BUILTIN_RULES[min] = _extreme(min, operator.lt)
+BUILTIN_RULES[max] = _extreme(max, operator.gt)
+
+
+@builtin(sum)
+def _sum(tx, iterable, start=None):
+    from ..interpreter.operators import binary_op
+
+    total = start if start is not None else ConstantVariable(0)
+    for item in iterable.iterate(tx):
+        total = binary_op(tx, operator.add, total, item)
+    return total
+
+
+@builtin(any)
+def _any(tx, iterable):
+    return ConstantVariable(any(i.truthy(tx) for i in iterable.iterate(tx)))
+
+
+@builtin(all)
+def _all(tx, iterable):
+    return ConstantVariable(all(i.truthy(tx) for i in iterable.iterate(tx)))
+
+
+# ---- containers and iteration ---------------------------------------------------
+
+
+@builtin(tuple)
+def _tuple(tx, iterable=None):
+    return TupleVariable([] if iterable is None else iterable.iterate(tx))
+
+
+@builtin(tuple.__new__)
+def _tuple_new(tx, cls, iterable=None):
+    # namedtuple._make / _replace build their result with tuple.__new__(cls, values).
+    klass = _class_of(cls)
+    items = [] if iterable is None else iterable.iterate(tx)
+    return TupleVariable(items, cls=None if klass is tuple else klass)
+
+
+@builtin(list)
+def _list(tx, iterable=None):
+    return ListVariable([] if iterable is None else iterable.iterate(tx))
+
+
+def _set_rule(frozen):
+    def rule(tx, iterable=None):
+        items = {} if iterable is None else {_key_of(tx, v): v for v in iterable.iterate(tx)}
+        return SetVariable(items, frozen=frozen)
+    return rule
+
+
+BUILTIN_RULES[set] = _set_rule(False)
+BUILTIN_RULES[frozenset] = _set_rule(True)
+
+
+@builtin(dict)
+def _dict(tx, other=None, **kwargs):
+    items = {}
+    if isinstance(other, DictVariable):
+        items.update(other.items)
+    elif other is not None:
+        for pair in other.iterate(tx):
+            k, v = pair.iterate(tx)
+            items[_key_of(tx, k)] = v
+    items.update(kwargs)
+    return DictVariable(items)
+
+
+@builtin(range)
+def _range(tx, *args):
+    return ConstantVariable(fold(range, args))
+
+
+@builtin(slice)
+def _slice(tx, *args):
+    parts = list(args) + [NONE] * (3 - len(args)) if len(args) > 1 else [NONE, args[0], NONE]
+    return SliceVariable(*parts)
+
+
+@builtin(iter)
+def _iter(tx, obj):
+    if isinstance(obj, IteratorVariable):
+        return obj
+    return IteratorVariable(obj.iterate(tx))
+
+
+@builtin(next)
+def _next(tx, it, default=None):
+    if not isinstance(it, IteratorVariable):
+        unsupported(f"next() on {it}")
+    value = it.next()
+    if value is None:
+        if default is None:
+            raise_in_user_code(StopIteration)
+        return default
+    return value
+
+
+@builtin(zip)
+def _zip(tx, *iterables, strict=None):
+    lists = [i.iterate(tx) for i in iterables]
+    return IteratorVariable([TupleVariable(list(group)) for group in zip(*lists)])
+
+
+@builtin(enumerate)
+def _enumerate(tx, iterable, start=None):
+    first = 0 if start is None else start.as_constant()
+    return IteratorVariable([TupleVariable([ConstantVariable(first + i), v])
+                             for i, v in enumerate(iterable.iterate(tx))])
+
+
+@builtin(reversed)
+def _reversed(tx, seq):
+    return IteratorVariable(list(reversed(seq.iterate(tx))))
+
+
+@builtin(sorted)
+def _sorted(tx, iterable, key=None, reverse=None):
+    items = iterable.iterate(tx)
+    rev = bool(reverse.as_constant()) if reverse is not None else False
+    if key is None:
+        if not all(i.is_constant() for i in items):
+            unsupported("sorted() of non-constant values")
+        return ListVariable([ConstantVariable(v) for v in sorted((i.as_constant() for i in items), reverse=rev)])
+    keyed = [(key.call(tx, [i], {}).as_constant(), n, i) for n, i in enumerate(items)]
+    keyed.sort(key=lambda t: (t[0], t[1]), reverse=rev)
+    return ListVariable([i for _, _, i in keyed])
+
+
+@builtin(map)
+def _map(tx, fn, *iterables):
+    lists = [i.iterate(tx) for i in iterables]
+    return IteratorVariable([fn.call(tx, list(group), {}) for group in zip(*lists)])
+
+
+@builtin(filter)
+def _filter(tx, fn, iterable):
+    items = iterable.iterate(tx)
+    if fn.is_constant() and fn.as_constant() is None:
+        return IteratorVariable([i for i in items if i.truthy(tx)])
+    return IteratorVariable([i for i in items if fn.call(tx, [i], {}).truthy(tx)])
+
+
+@builtin(functools.reduce)
+def _reduce(tx, fn, iterable, initial=None):
+    items = iterable.iterate(tx)
+    acc = initial if initial is not None else items.pop(0)
+    for item in items:
+        acc = fn.call(tx, [acc, item], {})
+    return acc
+
+
+@builtin(super)
+def _super(tx, *args):
+    from .objects import SuperVariable
+
+    if args:
+        return SuperVariable(_class_of(args[0]), args[1])
+    frame = tx.current_frame
+    if "__class__" not in frame.cells:
+        unsupported("super() outside a method")
+    cls_var = frame.cells["__class__"].load(tx)
+    first = frame.code.co_varnames[0]
+    return SuperVariable(_class_of(cls_var), frame.load_local(first))
+
+
+# ---- math and operator: pure functions of numbers --------------------------------
+
+
+def _pure_math(fn):
+    def rule(tx, *args, **kwargs):
+        if any(isinstance(a, TensorVariable) for a in args):
+            unsupported(f"math.{fn.__name__}() of a tensor reads its data into Python")
+        return ConstantVariable(fold(fn, args, kwargs))
+    return rule
+
+
+for _name in dir(math):
+    _fn = getattr(math, _name)
+    if callable(_fn):
+        BUILTIN_RULES[_fn] = _pure_math(_fn)
+
+
+def _operator_rule(fn):
+    def rule(tx, *args):
+        from ..interpreter.operators import apply_operator
+
+        return apply_operator(tx, fn, list(args))
+    return rule
+
+
+for _name in dir(operator):
+    _fn = getattr(operator, _name)
+    if callable(_fn) and not _name.startswith("_") and not isinstance(_fn, type):
+        BUILTIN_RULES[_fn] = _operator_rule(_fn)
+

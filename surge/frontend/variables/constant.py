@@ -1,0 +1,80 @@
+"""Python values that are fixed during capture: numbers, strings, None, dtypes, ..."""
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from .base import AttributeMissing, Variable, unsupported
+
+# Types whose instances are immutable, so an attribute read or a method call
+# on them can be computed now, and whose value can be embedded in generated code.
+CONSTANT_TYPES = (
+    int, float, bool, str, bytes, complex, type(None), type(Ellipsis), type(NotImplemented),
+    range, slice, frozenset, torch.dtype, torch.device, torch.layout, torch.memory_format,
+    torch.finfo, torch.iinfo, torch.Size,
+)
+
+
+def is_constant_value(value) -> bool:
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return all(is_constant_value(v) for v in value)
+    return isinstance(value, CONSTANT_TYPES)
+
+
+class ConstantVariable(Variable):
+    def __init__(self, value, source=None):
+        self.value = value
+        self.source = source
+
+    def python_type(self):
+        return type(self.value)
+
+    def is_constant(self):
+        return True
+
+    def as_constant(self):
+        return self.value
+
+    def truthy(self, tx):
+        return bool(self.value)
+
+    def getattr(self, tx, name):
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError:
+            raise AttributeMissing(name)
+        if callable(attr) and not isinstance(attr, CONSTANT_TYPES):
+            from .functions import BoundConstantMethod
+
+            return BoundConstantMethod(self.value, name)
+        return ConstantVariable(attr)
+
+    def iterate(self, tx):
+        if isinstance(self.value, (str, bytes, range, tuple, frozenset, torch.Size)):
+            return [ConstantVariable(v) for v in self.value]
+        unsupported(f"iterating over {type(self.value).__name__}")
+
+    def length(self, tx):
+        try:
+            return len(self.value)
+        except TypeError:
+            unsupported(f"len() of {type(self.value).__name__}")
+
+    def __repr__(self):
+        return f"ConstantVariable({self.value!r})"
+
+
+def constant(value) -> ConstantVariable:
+    return ConstantVariable(value)
+
+
+NONE = ConstantVariable(None)
+
+# Python operator functions applied to constants directly.
+CONSTANT_FOLDABLE_OPERATORS = {
+    operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
+    operator.pow, operator.lshift, operator.rshift, operator.and_, operator.or_, operator.xor,
+    operator.matmul, operator.lt, operator.le, operator.eq, operator.ne, operator.gt, operator.ge,
+    operator.neg, operator.pos, operator.invert, operator.not_, operator.contains, operator.getitem,
+}

@@ -1,0 +1,110 @@
+"""Calling a class during capture: what object the trace builds."""
+from __future__ import annotations
+
+import collections
+import contextlib
+import enum
+import functools
+import inspect
+import types
+
+import torch
+
+from .base import unsupported
+from .builtins import BUILTIN_RULES
+from .constant import ConstantVariable
+from .containers import TupleVariable
+from .contexts import GRAD_MODE_CLASSES, make_grad_context
+from .objects import NewObjectVariable, bind_class_attribute, static_lookup, _MISSING
+from .torch_fns import PURE_TORCH_CLASSES, call_pure_torch_class
+
+
+def _null_context(tx, enter_result=None):
+    from .contexts import NullContextVariable
+
+    return NullContextVariable(enter_result if enter_result is not None else ConstantVariable(None))
+
+
+def _ordered_dict(tx, other=None, **kwargs):
+    d = BUILTIN_RULES[dict](tx, *([other] if other is not None else []), **kwargs)
+    d.cls = collections.OrderedDict
+    return d
+
+
+def _default_dict(tx, factory=None, *rest, **kwargs):
+    d = BUILTIN_RULES[dict](tx, *rest, **kwargs)
+    d.cls = collections.defaultdict
+    d.default_factory = factory
+    return d
+
+
+def _partial(tx, fn, *args, **kwargs):
+    from .functions import PartialVariable
+
+    return PartialVariable(fn, list(args), dict(kwargs))
+
+
+# Library classes whose instances the trace models directly.
+CLASS_RULES = {
+    contextlib.nullcontext: _null_context,
+    collections.OrderedDict: _ordered_dict,
+    collections.defaultdict: _default_dict,
+    functools.partial: _partial,
+}
+
+
+def construct(tx, class_var, args, kwargs):
+    cls = class_var.cls
+    if cls in BUILTIN_RULES:
+        return BUILTIN_RULES[cls](tx, *args, **kwargs)
+    if cls in CLASS_RULES:
+        return CLASS_RULES[cls](tx, *args, **kwargs)
+    if cls in GRAD_MODE_CLASSES:
+        return make_grad_context(tx, cls, args)
+    if cls in PURE_TORCH_CLASSES:
+        return call_pure_torch_class(tx, cls, args, kwargs)
+    if isinstance(cls, type) and issubclass(cls, enum.Enum):
+        return ConstantVariable(cls(*[a.as_constant() for a in args]))
+    if issubclass(cls, torch.nn.Module):
+        unsupported(f"creating a module ({cls.__qualname__}) inside compiled code")
+    if issubclass(cls, BaseException):
+        from .objects import ExceptionVariable
+
+        return ExceptionVariable(cls, list(args))
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        return _namedtuple(tx, cls, args, kwargs)
+    if issubclass(cls, torch.Tensor):
+        unsupported(f"constructing {cls.__qualname__} directly")
+    if cls is object:
+        if args or kwargs:
+            unsupported("object() takes no arguments")
+        return NewObjectVariable(object)
+    if cls.__new__ is not object.__new__ or cls.__module__ in ("builtins",):
+        unsupported(f"constructing {cls.__qualname__} (a class with its own __new__) in compiled code")
+    if hasattr(cls, "__slots__"):
+        unsupported(f"constructing {cls.__qualname__} (a class with __slots__) in compiled code")
+    obj = NewObjectVariable(cls)
+    init = static_lookup(cls, "__init__")
+    if init is not _MISSING and init is not object.__init__:
+        if not isinstance(init, types.FunctionType):
+            unsupported(f"{cls.__qualname__}.__init__ is not Python code")
+        bind_class_attribute(tx, obj, cls, "__init__", init).call(tx, args, kwargs)
+    elif args or kwargs:
+        unsupported(f"{cls.__qualname__}() takes no arguments")
+    return obj
+
+
+def _namedtuple(tx, cls, args, kwargs):
+    params = list(inspect.signature(cls).parameters)
+    values = dict(zip(params, args))
+    values.update(kwargs)
+    defaults = getattr(cls, "_field_defaults", {})
+    items = []
+    for field in cls._fields:
+        if field in values:
+            items.append(values[field])
+        elif field in defaults:
+            items.append(tx.wrap(defaults[field], None))
+        else:
+            unsupported(f"{cls.__qualname__}() missing field {field!r}")
+    return TupleVariable(items, cls=cls)

@@ -1,0 +1,261 @@
+"""Rules for methods of symbolic lists, tuples, dicts and sets, one per (type, name)."""
+from __future__ import annotations
+
+from .base import raise_in_user_code, unsupported
+from .constant import NONE, ConstantVariable
+from .containers import (
+    DictVariable, IdentityKey, ListVariable, SetVariable, TupleVariable, _key_of, key_variable,
+)
+
+RULES: dict = {}
+
+
+def rule(kind, *names):
+    def register(fn):
+        for n in names:
+            RULES[(kind, n)] = fn
+        return fn
+    return register
+
+
+def call_container_method(tx, container, name, args, kwargs):
+    for kind in type(container).__mro__:
+        fn = RULES.get((kind, name))
+        if fn is not None:
+            return fn(tx, container, *args, **kwargs)
+    unsupported(f"{container.python_type().__name__}.{name}() is not supported in compiled code")
+
+
+# ---- list --------------------------------------------------------------------
+
+
+@rule(ListVariable, "append")
+def _append(tx, lst, value):
+    lst.check_mutable(tx)
+    lst.items.append(value)
+    return NONE
+
+
+@rule(ListVariable, "extend")
+def _extend(tx, lst, values):
+    lst.check_mutable(tx)
+    lst.items.extend(values.iterate(tx))
+    return NONE
+
+
+@rule(ListVariable, "insert")
+def _insert(tx, lst, index, value):
+    lst.check_mutable(tx)
+    lst.items.insert(index.as_constant(), value)
+    return NONE
+
+
+@rule(ListVariable, "pop")
+def _list_pop(tx, lst, index=None):
+    lst.check_mutable(tx)
+    if not lst.items:
+        unsupported("pop from an empty list")
+    return lst.items.pop(-1 if index is None else index.as_constant())
+
+
+@rule(ListVariable, "remove")
+def _remove(tx, lst, value):
+    lst.check_mutable(tx)
+    i = lst.index_of(tx, value)
+    if i is None:
+        unsupported("list.remove(x): x not in list")
+    del lst.items[i]
+    return NONE
+
+
+@rule(ListVariable, "clear")
+def _clear(tx, lst):
+    lst.check_mutable(tx)
+    lst.items.clear()
+    return NONE
+
+
+@rule(ListVariable, "reverse")
+def _reverse(tx, lst):
+    lst.check_mutable(tx)
+    lst.items.reverse()
+    return NONE
+
+
+@rule(ListVariable, "sort")
+def _sort(tx, lst, key=None, reverse=None):
+    lst.check_mutable(tx)
+    if key is not None:
+        unsupported("list.sort(key=...) in compiled code")
+    values = sorted((i.as_constant() for i in lst.items), reverse=bool(reverse and reverse.as_constant()))
+    lst.items[:] = [ConstantVariable(v) for v in values]
+    return NONE
+
+
+@rule(ListVariable, "copy")
+def _list_copy(tx, lst):
+    return ListVariable(lst.items)
+
+
+@rule(ListVariable, "index")
+@rule(TupleVariable, "index")
+def _index(tx, seq, value):
+    i = seq.index_of(tx, value)
+    if i is None:
+        unsupported("sequence.index(x): x not in sequence")
+    return ConstantVariable(i)
+
+
+@rule(ListVariable, "count")
+@rule(TupleVariable, "count")
+def _count(tx, seq, value):
+    from ..interpreter.operators import compare_equal
+
+    return ConstantVariable(sum(1 for item in seq.items if compare_equal(tx, item, value)))
+
+
+@rule(ListVariable, "__getitem__")
+@rule(TupleVariable, "__getitem__")
+@rule(DictVariable, "__getitem__")
+def _getitem(tx, container, key):
+    return container.getitem(tx, key)
+
+
+# ---- dict --------------------------------------------------------------------
+
+
+@rule(DictVariable, "get")
+def _get(tx, d, key, default=NONE):
+    k = _key_of(tx, key)
+    return d.items.get(k, default)
+
+
+@rule(DictVariable, "keys")
+def _keys(tx, d):
+    return ListVariable([key_variable(k) for k in d.items])
+
+
+@rule(DictVariable, "values")
+def _values(tx, d):
+    return ListVariable(list(d.items.values()))
+
+
+@rule(DictVariable, "items")
+def _items(tx, d):
+    return ListVariable([TupleVariable([key_variable(k), v]) for k, v in d.items.items()])
+
+
+@rule(DictVariable, "update")
+def _update(tx, d, other=None, **kwargs):
+    d.check_mutable(tx)
+    if other is not None:
+        if isinstance(other, DictVariable):
+            d.items.update(other.items)
+        else:
+            for pair in other.iterate(tx):
+                k, v = pair.iterate(tx)
+                d.items[_key_of(tx, k)] = v
+    for k, v in kwargs.items():
+        d.items[k] = v
+    return NONE
+
+
+@rule(DictVariable, "pop")
+def _dict_pop(tx, d, key, default=None):
+    d.check_mutable(tx)
+    k = _key_of(tx, key)
+    if k in d.items:
+        return d.items.pop(k)
+    if default is None:
+        raise_in_user_code(KeyError, repr(k))
+    return default
+
+
+@rule(DictVariable, "setdefault")
+def _setdefault(tx, d, key, default=NONE):
+    d.check_mutable(tx)
+    return d.items.setdefault(_key_of(tx, key), default)
+
+
+@rule(DictVariable, "copy")
+def _dict_copy(tx, d):
+    return DictVariable(d.items, cls=d.cls)
+
+
+@rule(DictVariable, "__contains__")
+def _dict_contains(tx, d, key):
+    return ConstantVariable(_key_of(tx, key) in d.items)
+
+
+@rule(DictVariable, "clear")
+def _dict_clear(tx, d):
+    d.check_mutable(tx)
+    d.items.clear()
+    return NONE
+
+
+# ---- set ---------------------------------------------------------------------
+
+
+@rule(SetVariable, "add")
+def _set_add(tx, s, value):
+    s.add(tx, value)
+    return NONE
+
+
+@rule(SetVariable, "update")
+def _set_update(tx, s, *others):
+    for other in others:
+        for v in other.iterate(tx):
+            s.add(tx, v)
+    return NONE
+
+
+@rule(SetVariable, "discard", "remove")
+def _set_discard(tx, s, value):
+    if s.source is not None or s.frozen:
+        unsupported("mutating a set that came from the function's inputs")
+    s.items.pop(_key_of(tx, value), None)
+    return NONE
+
+
+def _set_items(tx, other):
+    return {_key_of(tx, v): v for v in other.iterate(tx)}
+
+
+@rule(SetVariable, "union")
+def _union(tx, s, *others):
+    items = dict(s.items)
+    for other in others:
+        for k, v in _set_items(tx, other).items():
+            items.setdefault(k, v)
+    return SetVariable(items)
+
+
+@rule(SetVariable, "intersection")
+def _intersection(tx, s, *others):
+    keys = set(s.items)
+    for other in others:
+        keys &= set(_set_items(tx, other))
+    return SetVariable({k: v for k, v in s.items.items() if k in keys})
+
+
+@rule(SetVariable, "difference")
+def _difference(tx, s, *others):
+    keys = set(s.items)
+    for other in others:
+        keys -= set(_set_items(tx, other))
+    return SetVariable({k: v for k, v in s.items.items() if k in keys})
+
+
+@rule(SetVariable, "issubset")
+def _issubset(tx, s, other):
+    return ConstantVariable(set(s.items) <= set(_set_items(tx, other)))
+
+
+@rule(SetVariable, "copy")
+def _set_copy(tx, s):
+    return SetVariable(s.items)
+
+
+__all__ = ["call_container_method", "IdentityKey"]

@@ -1,0 +1,274 @@
+"""Tuples, lists, dicts, sets, slices and iterators of symbolic values.
+
+Containers created during the trace are mutable here (``append``, item
+assignment, ...). Containers read from the call's inputs are guarded on their
+type and length (or keys) and are read-only: mutating them is a side effect
+the next issue captures.
+"""
+from __future__ import annotations
+
+import operator
+
+from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
+from .constant import ConstantVariable
+
+
+def _key_of(tx, var: Variable):
+    """A Python key for a dict/set entry (constants, or objects by identity)."""
+    if var.is_constant():
+        return var.as_constant()
+    key = getattr(var, "identity_key", None)
+    if key is not None:
+        return key()
+    unsupported(f"using {var} as a dict key or set element")
+
+
+class BaseSequenceVariable(Variable):
+    python_cls: type = tuple
+
+    def __init__(self, items: list, source=None):
+        self.items = list(items)
+        self.source = source
+
+    def truthy(self, tx):
+        return bool(self.items)
+
+    def iterate(self, tx):
+        return list(self.items)
+
+    def length(self, tx):
+        return len(self.items)
+
+    def is_constant(self):
+        return all(i.is_constant() for i in self.items)
+
+    def as_constant(self):
+        return self.python_type()(i.as_constant() for i in self.items)
+
+    def getitem(self, tx, index: Variable):
+        key = index.as_constant()
+        if isinstance(key, slice):
+            return self.rebuild(self.items[key])
+        try:
+            return self.items[operator.index(key)]
+        except IndexError:
+            raise_in_user_code(IndexError, f"index {key} out of range for a {self.python_type().__name__} "
+                                           f"of {len(self.items)}")
+
+    def rebuild(self, items):
+        return type(self)(items)
+
+    def index_of(self, tx, value):
+        from ..interpreter.operators import compare_equal
+
+        for i, item in enumerate(self.items):
+            if compare_equal(tx, item, value):
+                return i
+        return None
+
+
+class TupleVariable(BaseSequenceVariable):
+    def __init__(self, items, cls=None, source=None):
+        super().__init__(items, source)
+        self.cls = cls  # a namedtuple or structseq class, or None for a plain tuple
+
+    def python_type(self):
+        return self.cls or tuple
+
+    def rebuild(self, items):
+        return TupleVariable(items)
+
+    def as_constant(self):
+        values = tuple(i.as_constant() for i in self.items)
+        return values if self.cls is None else self._make(values)
+
+    def _make(self, values):
+        if hasattr(self.cls, "_make"):
+            return self.cls._make(values)
+        return self.cls(values)
+
+    def getattr(self, tx, name):
+        fields = getattr(self.cls, "_fields", None) or getattr(self.cls, "__match_args__", None)
+        if fields and name in fields:
+            return self.items[fields.index(name)]
+        if name in ("count", "index"):
+            from .functions import ContainerMethodVariable
+
+            return ContainerMethodVariable(self, name)
+        if self.cls is not None and hasattr(self.cls, name):
+            from .objects import bind_class_attribute, static_lookup
+
+            return bind_class_attribute(tx, self, self.cls, name, static_lookup(self.cls, name))
+        raise AttributeMissing(name)
+
+    def __repr__(self):
+        return f"TupleVariable({self.items})"
+
+
+class ListVariable(BaseSequenceVariable):
+    def python_type(self):
+        return list
+
+    def getattr(self, tx, name):
+        if hasattr(list, name):
+            from .functions import ContainerMethodVariable
+
+            return ContainerMethodVariable(self, name)
+        raise AttributeMissing(name)
+
+    def check_mutable(self, tx):
+        if self.source is not None:
+            tx.side_effects.mutate_container(self)
+
+    def __repr__(self):
+        return f"ListVariable({self.items})"
+
+
+class DictVariable(Variable):
+    def __init__(self, items: dict, source=None, cls=dict):
+        self.items = dict(items)  # Python key -> Variable
+        self.source = source
+        self.cls = cls
+
+    def python_type(self):
+        return self.cls
+
+    def truthy(self, tx):
+        return bool(self.items)
+
+    def iterate(self, tx):
+        return [key_variable(k) for k in self.items]
+
+    def length(self, tx):
+        return len(self.items)
+
+    default_factory = None  # for collections.defaultdict
+
+    def getitem(self, tx, key: Variable):
+        k = _key_of(tx, key)
+        if k not in self.items:
+            if self.default_factory is None:
+                raise_in_user_code(KeyError, repr(k))
+            self.items[k] = self.default_factory.call(tx, [], {})
+        return self.items[k]
+
+    def getattr(self, tx, name):
+        if hasattr(dict, name):
+            from .functions import ContainerMethodVariable
+
+            return ContainerMethodVariable(self, name)
+        raise AttributeMissing(name)
+
+    def check_mutable(self, tx):
+        if self.source is not None:
+            tx.side_effects.mutate_container(self)
+
+    def is_constant(self):
+        return all(v.is_constant() for v in self.items.values())
+
+    def as_constant(self):
+        return {k: v.as_constant() for k, v in self.items.items()}
+
+    def __repr__(self):
+        return f"DictVariable({self.items})"
+
+
+class SetVariable(Variable):
+    def __init__(self, items: dict, source=None, frozen=False):
+        # Python key -> Variable, in insertion order
+        self.items = dict(items)
+        self.source = source
+        self.frozen = frozen
+
+    def python_type(self):
+        return frozenset if self.frozen else set
+
+    def truthy(self, tx):
+        return bool(self.items)
+
+    def iterate(self, tx):
+        return list(self.items.values())
+
+    def length(self, tx):
+        return len(self.items)
+
+    def add(self, tx, value):
+        if self.source is not None or self.frozen:
+            unsupported("mutating a set that came from the function's inputs")
+        self.items.setdefault(_key_of(tx, value), value)
+
+    def getattr(self, tx, name):
+        if hasattr(set, name):
+            from .functions import ContainerMethodVariable
+
+            return ContainerMethodVariable(self, name)
+        raise AttributeMissing(name)
+
+    def is_constant(self):
+        return all(v.is_constant() for v in self.items.values())
+
+    def as_constant(self):
+        return (frozenset if self.frozen else set)(v.as_constant() for v in self.items.values())
+
+
+class SliceVariable(Variable):
+    def __init__(self, start, stop, step):
+        self.start, self.stop, self.step = start, stop, step
+
+    def python_type(self):
+        return slice
+
+    def is_constant(self):
+        return all(v.is_constant() for v in (self.start, self.stop, self.step))
+
+    def as_constant(self):
+        return slice(self.start.as_constant(), self.stop.as_constant(), self.step.as_constant())
+
+    def getattr(self, tx, name):
+        if name in ("start", "stop", "step"):
+            return getattr(self, name)
+        raise AttributeMissing(name)
+
+
+class IteratorVariable(Variable):
+    """An iterator over values known now (lists, ranges, zip, enumerate, ... are materialized)."""
+
+    def __init__(self, items: list):
+        self.items = list(items)
+        self.position = 0
+
+    def python_type(self):
+        return type(iter([]))
+
+    def next(self):
+        if self.position >= len(self.items):
+            return None
+        item = self.items[self.position]
+        self.position += 1
+        return item
+
+    def iterate(self, tx):
+        rest = self.items[self.position:]
+        self.position = len(self.items)
+        return rest
+
+
+def key_variable(key) -> Variable:
+    """The symbolic value for a dict key (keys are constants or identity-keyed objects)."""
+    if isinstance(key, IdentityKey):
+        return key.variable
+    return ConstantVariable(key)
+
+
+class IdentityKey:
+    """A dict key standing for a non-constant object (hash and equality by identity)."""
+
+    def __init__(self, variable, obj):
+        self.variable = variable
+        self.obj = obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+    def __eq__(self, other):
+        return isinstance(other, IdentityKey) and other.obj is self.obj

@@ -1,0 +1,114 @@
+"""Grad-mode context managers: ``torch.no_grad()``, ``enable_grad()``, ``set_grad_enabled()``.
+
+Entering one records ``torch._C._set_grad_enabled(mode)`` in the graph (so the
+graph runs its ops under the same mode as eager) and switches the mode the
+trace itself runs under; leaving records the restore.
+"""
+from __future__ import annotations
+
+import torch
+
+from .base import Variable, unsupported
+from .constant import NONE
+
+
+def set_grad_mode(tx, enabled: bool) -> None:
+    if tx.grad_enabled == enabled:
+        return
+    tx.graph.create_node("call_function", torch._C._set_grad_enabled, (enabled,), {}, tx.stack_trace())
+    torch._C._set_grad_enabled(enabled)
+    tx.grad_enabled = enabled
+
+
+class GradModeContextVariable(Variable):
+    def __init__(self, target_mode: bool, prior_mode: bool | None = None, applied=False):
+        self.target_mode = target_mode
+        # set_grad_enabled(mode) switches the mode when constructed, like eager.
+        self.prior_mode = prior_mode
+        self.applied = applied
+
+    def python_type(self):
+        return torch.no_grad if not self.target_mode else torch.enable_grad
+
+    def enter(self, tx) -> Variable:
+        if not self.applied:
+            self.prior_mode = tx.grad_enabled
+            set_grad_mode(tx, self.target_mode)
+        if tx.current_frame is not None:
+            tx.current_frame.block_stack.append(self)
+        return NONE
+
+    def exit(self, tx) -> Variable:
+        set_grad_mode(tx, self.prior_mode)
+        stack = tx.current_frame.block_stack if tx.current_frame is not None else []
+        if stack and stack[-1] is self:
+            stack.pop()
+        return NONE
+
+    def getattr(self, tx, name):
+        if name == "__enter__":
+            return _BoundContextMethod(self, "enter")
+        if name == "__exit__":
+            return _BoundContextMethod(self, "exit")
+        unsupported(f"attribute {name!r} of a grad-mode context")
+
+
+class _BoundContextMethod(Variable):
+    def __init__(self, ctx, which):
+        self.ctx = ctx
+        self.which = which
+
+    def call(self, tx, args, kwargs):
+        return getattr(self.ctx, self.which)(tx)
+
+
+class GeneratorContextVariable(Variable):
+    """A ``@contextlib.contextmanager`` context: code before the yield runs on enter,
+    the rest on exit."""
+
+    def __init__(self, generator):
+        self.generator = generator
+
+    def enter(self, tx):
+        value = self.generator.next()
+        if value is None:
+            unsupported("a @contextmanager generator that did not yield")
+        return value
+
+    def exit(self, tx):
+        if self.generator.next() is not None:
+            unsupported("a @contextmanager generator that yielded twice")
+        return NONE
+
+    getattr = GradModeContextVariable.getattr
+
+
+class NullContextVariable(Variable):
+    """``contextlib.nullcontext(value)``: entering gives ``value``, leaving does nothing."""
+
+    def __init__(self, enter_result):
+        self.enter_result = enter_result
+
+    def enter(self, tx):
+        return self.enter_result
+
+    def exit(self, tx):
+        return NONE
+
+    getattr = GradModeContextVariable.getattr
+
+
+def make_grad_context(tx, cls, args) -> GradModeContextVariable:
+    if cls is torch.no_grad:
+        return GradModeContextVariable(False)
+    if cls is torch.enable_grad:
+        return GradModeContextVariable(True)
+    if cls is torch.set_grad_enabled:
+        mode = bool(args[0].as_constant())
+        prior = tx.grad_enabled
+        set_grad_mode(tx, mode)
+        return GradModeContextVariable(mode, prior_mode=prior, applied=True)
+    unsupported(f"context manager {cls.__qualname__}")
+
+
+GRAD_MODE_CLASSES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)

@@ -1,0 +1,334 @@
+"""Callables: user functions (inlined), methods, closures made during the trace,
+and bound methods of tensors, containers and constants."""
+from __future__ import annotations
+
+import inspect
+import types
+
+from .base import Variable, unsupported
+from .constant import ConstantVariable
+from .containers import IteratorVariable
+
+CO_VARARGS = inspect.CO_VARARGS
+CO_VARKEYWORDS = inspect.CO_VARKEYWORDS
+
+
+class CellVariable(Variable):
+    """A closure cell: its contents are a symbolic value, or read lazily from a real cell."""
+
+    def __init__(self, value: Variable | None = None, lazy=None):
+        self._value = value
+        self._lazy = lazy  # (real cell, source) read on first use
+        self.source = lazy[1] if lazy is not None else None
+
+    def load(self, tx) -> Variable:
+        if self._value is None and self._lazy is not None:
+            cell, source = self._lazy
+            try:
+                contents = cell.cell_contents
+            except ValueError:
+                unsupported("reading a closure variable before it is assigned")
+            self._value = tx.wrap(contents, source)
+            self._lazy = None
+        if self._value is None:
+            unsupported("reading a closure variable before it is assigned")
+        return self._value
+
+    def store(self, tx, value: Variable) -> None:
+        if self._lazy is not None and self.source is None:
+            unsupported("assigning a closure variable of a function that is not reachable from the inputs")
+        if self.source is not None:
+            tx.side_effects.store_cell(self.source, value)
+        self._lazy = None
+        self._value = value
+
+
+class FunctionVariable(Variable):
+    """A Python function the interpreter inlines."""
+
+    code: types.CodeType
+    f_globals: dict
+
+    def python_type(self):
+        return types.FunctionType
+
+    def truthy(self, tx):
+        return True
+
+    def default(self, tx, index: int) -> Variable:
+        raise NotImplementedError
+
+    def kwdefault(self, tx, name: str) -> Variable | None:
+        raise NotImplementedError
+
+    def closure_cells(self, tx) -> list:
+        raise NotImplementedError
+
+    def call(self, tx, args, kwargs):
+        return tx.inline_call(self, list(args), dict(kwargs))
+
+    def getattr(self, tx, name):
+        if name == "__name__":
+            return ConstantVariable(self.code.co_name)
+        if name == "__qualname__":
+            return ConstantVariable(getattr(self, "qualname", self.code.co_name))
+        unsupported(f"attribute {name!r} of function {self.code.co_name}")
+
+
+class UserFunctionVariable(FunctionVariable):
+    """A real function object (from a global, an attribute, a closure, ...)."""
+
+    def __init__(self, fn: types.FunctionType, source=None):
+        self.fn = fn
+        self.code = fn.__code__
+        self.f_globals = fn.__globals__
+        self.qualname = fn.__qualname__
+        self.source = source
+
+    def identity_key(self):
+        from .containers import IdentityKey
+
+        return IdentityKey(self, self.fn)
+
+    def _child_source(self):
+        from ..sources import ConstSource
+
+        return ConstSource(self.fn, f"fn<{self.fn.__qualname__}>") if self.source is not None else None
+
+    def default(self, tx, index):
+        from ..sources import DefaultSource
+
+        parent = self._child_source()
+        value = self.fn.__defaults__[index]
+        return tx.wrap(value, DefaultSource(parent, index) if parent else None)
+
+    def kwdefault(self, tx, name):
+        from ..sources import DefaultSource
+
+        kwdefaults = self.fn.__kwdefaults__ or {}
+        if name not in kwdefaults:
+            return None
+        parent = self._child_source()
+        return tx.wrap(kwdefaults[name], DefaultSource(parent, name, kwonly=True) if parent else None)
+
+    def closure_cells(self, tx):
+        from ..sources import ClosureSource
+
+        parent = self._child_source()
+        cells = []
+        for i, (name, cell) in enumerate(zip(self.code.co_freevars, self.fn.__closure__ or ())):
+            cells.append(CellVariable(lazy=(cell, ClosureSource(parent, i, name) if parent else None)))
+        return cells
+
+    def __repr__(self):
+        return f"UserFunctionVariable({self.fn.__qualname__})"
+
+
+class NestedFunctionVariable(FunctionVariable):
+    """A function created by MAKE_FUNCTION during the trace (closures, lambdas, comprehensions)."""
+
+    def __init__(self, code, f_globals, defaults: tuple, kwdefaults: dict, cells: list, qualname: str):
+        self.code = code
+        self.f_globals = f_globals
+        self.defaults = defaults
+        self.kwdefaults = kwdefaults
+        self.cells = cells
+        self.qualname = qualname
+
+    def default(self, tx, index):
+        return self.defaults[index]
+
+    def kwdefault(self, tx, name):
+        return self.kwdefaults.get(name)
+
+    def closure_cells(self, tx):
+        return self.cells
+
+    @property
+    def n_defaults(self):
+        return len(self.defaults)
+
+    def __repr__(self):
+        return f"NestedFunctionVariable({self.qualname})"
+
+
+def defaults_count(fn: FunctionVariable) -> int:
+    if isinstance(fn, UserFunctionVariable):
+        return len(fn.fn.__defaults__ or ())
+    return len(fn.defaults)
+
+
+def bind_arguments(tx, fn: FunctionVariable, args: list, kwargs: dict) -> dict:
+    """Map call arguments to the function's local variables, as CPython does."""
+    code = fn.code
+    nargs, nkwonly = code.co_argcount, code.co_kwonlyargcount
+    names = code.co_varnames
+    posonly = code.co_posonlyargcount
+    bound: dict[str, Variable] = {}
+    for name, value in zip(names[:nargs], args):
+        bound[name] = value
+    extra_pos = args[nargs:]
+    index = nargs + nkwonly
+    if code.co_flags & CO_VARARGS:
+        from .containers import TupleVariable
+
+        bound[names[index]] = TupleVariable(extra_pos)
+        index += 1
+    elif extra_pos:
+        unsupported(f"{code.co_name}() takes {nargs} positional arguments but {len(args)} were given")
+    extra_kw = {}
+    for key, value in kwargs.items():
+        if key in names[posonly:nargs + nkwonly] and key not in bound:
+            bound[key] = value
+        elif key in bound:
+            unsupported(f"{code.co_name}() got multiple values for argument {key!r}")
+        else:
+            extra_kw[key] = value
+    if code.co_flags & CO_VARKEYWORDS:
+        from .containers import DictVariable
+
+        bound[names[index]] = DictVariable(extra_kw)
+    elif extra_kw:
+        unsupported(f"{code.co_name}() got an unexpected keyword argument {next(iter(extra_kw))!r}")
+    ndefaults = defaults_count(fn)
+    for i, name in enumerate(names[:nargs]):
+        if name not in bound:
+            d = i - (nargs - ndefaults)
+            if d < 0:
+                unsupported(f"{code.co_name}() missing required argument {name!r}")
+            bound[name] = fn.default(tx, d)
+    for name in names[nargs:nargs + nkwonly]:
+        if name not in bound:
+            value = fn.kwdefault(tx, name)
+            if value is None:
+                unsupported(f"{code.co_name}() missing required keyword-only argument {name!r}")
+            bound[name] = value
+    return bound
+
+
+class UserMethodVariable(Variable):
+    """A function bound to a symbolic ``self``."""
+
+    def __init__(self, fn: FunctionVariable, self_var: Variable, source=None):
+        self.fn = fn
+        self.self_var = self_var
+        self.source = source
+
+    def python_type(self):
+        return types.MethodType
+
+    def truthy(self, tx):
+        return True
+
+    def call(self, tx, args, kwargs):
+        return self.fn.call(tx, [self.self_var, *args], kwargs)
+
+    def getattr(self, tx, name):
+        if name == "__self__":
+            return self.self_var
+        if name == "__func__":
+            return self.fn
+        return self.fn.getattr(tx, name)
+
+
+class GeneratorVariable(IteratorVariable):
+    """A generator made by calling a generator function in the trace; runs as it is iterated."""
+
+    def __init__(self, tx, frame):
+        self.tx = tx
+        self.frame = frame
+
+    def python_type(self):
+        return types.GeneratorType
+
+    def truthy(self, tx):
+        return True
+
+    def next(self):
+        return self.frame.resume(self.tx.current_frame)
+
+    def iterate(self, tx):
+        values = []
+        while (value := self.next()) is not None:
+            values.append(value)
+        return values
+
+
+class PartialVariable(Variable):
+    """``functools.partial(fn, *args, **kwargs)`` made during the trace."""
+
+    def __init__(self, fn: Variable, args: list, kwargs: dict):
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+
+    def python_type(self):
+        import functools
+
+        return functools.partial
+
+    def truthy(self, tx):
+        return True
+
+    def call(self, tx, args, kwargs):
+        return self.fn.call(tx, [*self.args, *args], {**self.kwargs, **kwargs})
+
+
+class TensorMethodVariable(Variable):
+    def __init__(self, tensor, name: str):
+        self.tensor = tensor
+        self.name = name
+
+    def truthy(self, tx):
+        return True
+
+    def call(self, tx, args, kwargs):
+        from .tensor import call_tensor_method
+
+        return call_tensor_method(tx, self.tensor, self.name, list(args), dict(kwargs))
+
+
+class BoundConstantMethod(Variable):
+    """A method of an immutable Python value (``"a{}".format``, ``(1, 2).index``)."""
+
+    def __init__(self, value, name: str):
+        self.value = value
+        self.name = name
+
+    def truthy(self, tx):
+        return True
+
+    def call(self, tx, args, kwargs):
+        args = [materialized_list(tx, a) if isinstance(a, IteratorVariable) else a for a in args]
+        if not all(a.is_constant() for a in args) or not all(v.is_constant() for v in kwargs.values()):
+            unsupported(f"{type(self.value).__name__}.{self.name}() with non-constant arguments")
+        a = [x.as_constant() for x in args]
+        k = {n: v.as_constant() for n, v in kwargs.items()}
+        try:
+            result = getattr(self.value, self.name)(*a, **k)
+        except Exception as e:
+            unsupported(f"{type(self.value).__name__}.{self.name}() raised {type(e).__name__}: {e}")
+        return tx.wrap(result, None)
+
+
+def materialized_list(tx, iterator):
+    from .containers import ListVariable
+
+    return ListVariable(iterator.iterate(tx))
+
+
+class ContainerMethodVariable(Variable):
+    """A method of a symbolic list, tuple, dict or set; rules live in ``container_methods``."""
+
+    def __init__(self, container, name: str):
+        self.container = container
+        self.name = name
+
+    def truthy(self, tx):
+        return True
+
+    def call(self, tx, args, kwargs):
+        from .container_methods import call_container_method
+
+        return call_container_method(tx, self.container, self.name, list(args), dict(kwargs))
+

@@ -1,0 +1,598 @@
+"""Python objects: nn.Modules, user objects read from inputs, objects built during
+the trace (dataclasses, plain classes), classes, ``super()`` and Python modules."""
+from __future__ import annotations
+
+import dataclasses
+import types
+
+import torch
+
+from ..sources import AttrSource, ConstSource, ModuleDictSource
+from .base import AttributeMissing, Variable, unsupported
+from .constant import NONE, ConstantVariable
+
+_MISSING = object()
+
+
+def static_lookup(cls: type, name: str):
+    """The attribute ``name`` as stored on the class (no descriptor call), or _MISSING."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return _MISSING
+
+
+def is_torch_library_code(fn) -> bool:
+    module = getattr(fn, "__module__", "") or ""
+    return module == "torch" or module.startswith("torch.")
+
+
+def _is_bindable(value) -> bool:
+    return isinstance(value, (types.FunctionType, staticmethod, classmethod, property)) or (
+        hasattr(type(value), "__get__") and not isinstance(value, type))
+
+
+def bind_class_attribute(tx, self_var: Variable, cls: type, name: str, value):
+    """Resolve a class-level attribute found for ``self_var`` (methods bind to it)."""
+    from .functions import UserFunctionVariable, UserMethodVariable
+
+    if isinstance(value, types.FunctionType):
+        return UserMethodVariable(UserFunctionVariable(value), self_var)
+    if isinstance(value, staticmethod):
+        return tx.wrap(value.__func__, None)
+    if isinstance(value, classmethod):
+        return UserMethodVariable(UserFunctionVariable(value.__func__), ClassVariable(cls))
+    if isinstance(value, property):
+        if value.fget is None:
+            raise AttributeMissing(name)
+        return UserFunctionVariable(value.fget).call(tx, [self_var], {})
+    if hasattr(type(value), "__get__") and not isinstance(value, type):
+        unsupported(f"descriptor {type(value).__name__} for attribute {name!r} of {cls.__qualname__}")
+    return tx.wrap(value, None)
+
+
+class ObjectVariable(Variable):
+    """Common attribute lookup for objects whose real Python object is known."""
+
+    obj: object
+
+    def python_type(self):
+        return type(self.obj)
+
+    def identity_key(self):
+        from .containers import IdentityKey
+
+        return IdentityKey(self, self.obj)
+
+    def child_source(self):
+        return self.source
+
+    def instance_dict(self) -> dict:
+        return getattr(self.obj, "__dict__", {})
+
+    def getattr(self, tx, name):
+        stored = tx.side_effects.attribute(self.obj, name)
+        if stored is not None:
+            return stored
+        cls = type(self.obj)
+        static = static_lookup(cls, name)
+        if static is not _MISSING and (isinstance(static, property) or (
+                hasattr(type(static), "__set__") and not isinstance(static, types.FunctionType))):
+            if isinstance(static, property):
+                return bind_class_attribute(tx, self, cls, name, static)
+            unsupported(f"data descriptor {name!r} of {cls.__qualname__}")
+        d = self.instance_dict()
+        if name in d:
+            src = self.child_source()
+            return tx.wrap(d[name], AttrSource(src, name) if src is not None else None)
+        if name == "__class__":
+            return ClassVariable(cls)
+        if name == "__dict__":
+            unsupported(f"reading __dict__ of {cls.__qualname__}")
+        if static is not _MISSING:
+            if not _is_bindable(static):
+                # A class attribute read through the instance: guarded through the
+                # instance, so a later instance attribute shadowing it is noticed.
+                src = self.child_source()
+                return tx.wrap(getattr(self.obj, name), AttrSource(src, name) if src is not None else None)
+            return bind_class_attribute(tx, self, cls, name, static)
+        return self.getattr_fallback(tx, name)
+
+    def setattr(self, tx, name, value):
+        if self.source is None:
+            unsupported(f"setting attribute {name!r} of an object not reachable from the inputs")
+        static = static_lookup(type(self.obj), name)
+        if static is not _MISSING and hasattr(type(static), "__set__"):
+            unsupported(f"assigning data descriptor {name!r} of {type(self.obj).__qualname__}")
+        tx.side_effects.store_attribute(self.obj, self.source, name, value)
+
+    def getattr_fallback(self, tx, name):
+        if static_lookup(type(self.obj), "__getattr__") is not _MISSING:
+            unsupported(f"custom __getattr__ of {type(self.obj).__qualname__}")
+        raise AttributeMissing(name)
+
+    def truthy(self, tx):
+        cls = type(self.obj)
+        if static_lookup(cls, "__bool__") is not _MISSING or static_lookup(cls, "__len__") is not _MISSING:
+            return self.length(tx) > 0 if static_lookup(cls, "__bool__") is _MISSING else unsupported(
+                f"__bool__ of {cls.__qualname__}")
+        return True
+
+    def call(self, tx, args, kwargs):
+        call = static_lookup(type(self.obj), "__call__")
+        if isinstance(call, types.FunctionType):
+            return bind_class_attribute(tx, self, type(self.obj), "__call__", call).call(tx, args, kwargs)
+        unsupported(f"calling a {type(self.obj).__qualname__} object")
+
+
+class UserObjectVariable(ObjectVariable):
+    """An object read from the inputs; guarded on its type, attributes guarded as read."""
+
+    def __init__(self, obj, source):
+        self.obj = obj
+        self.source = source
+
+
+class NNModuleVariable(ObjectVariable):
+    """An nn.Module; identity-guarded, so its attributes are read through a constant."""
+
+    def __init__(self, module: torch.nn.Module, source):
+        self.obj = module
+        self.source = source
+
+    @property
+    def module(self):
+        return self.obj
+
+    def child_source(self):
+        if self.source is None:
+            return None
+        return ConstSource(self.obj, self.source.name())
+
+    def getattr_fallback(self, tx, name):
+        src = self.child_source()
+        for table in ("_parameters", "_buffers", "_modules"):
+            entries = self.obj.__dict__.get(table)
+            if entries is not None and name in entries:
+                return tx.wrap(entries[name], ModuleDictSource(src, table, name) if src is not None else None)
+        if static_lookup(type(self.obj), "__getattr__") is not static_lookup(torch.nn.Module, "__getattr__"):
+            unsupported(f"custom __getattr__ of {type(self.obj).__qualname__}")
+        raise AttributeMissing(name)
+
+    def getattr(self, tx, name):
+        stored = tx.side_effects.attribute(self.obj, name)
+        if stored is not None:
+            return stored
+        static = static_lookup(type(self.obj), name)
+        rule = MODULE_METHOD_RULES.get(name)
+        if rule is not None and static is static_lookup(torch.nn.Module, name) and name not in self.obj.__dict__:
+            return ModuleMethodVariable(self, name, rule)
+        if (isinstance(static, types.FunctionType) and static.__qualname__.startswith("Module.")
+                and name not in ALLOWED_MODULE_BASE_METHODS):
+            unsupported(f"nn.Module.{name}() in compiled code")
+        return super().getattr(tx, name)
+
+    def guard_members(self, tx, table: str = "_modules") -> None:
+        """Iterating, len() or indexing a container module depends on its member names."""
+        src = self.child_source()
+        if src is not None:
+            keys = tuple(self.obj.__dict__[table])
+            tx.guards.add(src, f"tuple({{v}}.{table}) == {keys!r}", f"{src.name()}.{table} keys == {list(keys)}")
+
+    def submodules(self, tx) -> list:
+        self.guard_members(tx)
+        src = self.child_source()
+        return [tx.wrap(m, ModuleDictSource(src, "_modules", k) if src is not None else None)
+                for k, m in self.obj._modules.items() if m is not None]
+
+    def iterate(self, tx):
+        if isinstance(self.obj, torch.nn.ModuleDict):
+            self.guard_members(tx)
+            return [ConstantVariable(k) for k in self.obj._modules]
+        if isinstance(self.obj, (torch.nn.ModuleList, torch.nn.Sequential)):
+            return self.submodules(tx)
+        if isinstance(self.obj, (torch.nn.ParameterList,)):
+            self.guard_members(tx, "_parameters")
+            return [self.getattr(tx, k) for k in self.obj._parameters]
+        unsupported(f"iterating over {type(self.obj).__qualname__}")
+
+    def length(self, tx):
+        if isinstance(self.obj, (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict)):
+            self.guard_members(tx)
+            return len(self.obj._modules)
+        if isinstance(self.obj, torch.nn.ParameterList):
+            self.guard_members(tx, "_parameters")
+            return len(self.obj._parameters)
+        unsupported(f"len() of {type(self.obj).__qualname__}")
+
+    def truthy(self, tx):
+        if isinstance(self.obj, (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict)):
+            return self.length(tx) > 0
+        return True
+
+    def getitem(self, tx, index: Variable):
+        key = index.as_constant()
+        if isinstance(self.obj, torch.nn.ModuleDict):
+            return self.getattr_fallback(tx, key)
+        if isinstance(self.obj, (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ParameterList)):
+            items = self.iterate(tx)
+            if isinstance(key, slice):
+                return ModuleSliceVariable(items[key])
+            return items[key]
+        unsupported(f"indexing {type(self.obj).__qualname__}")
+
+    def call(self, tx, args, kwargs):
+        module = self.obj
+        if torch.nn.modules.module._global_forward_hooks or torch.nn.modules.module._global_forward_pre_hooks:
+            unsupported("global nn.Module forward hooks are registered")
+        if module._forward_hooks_with_kwargs or module._forward_pre_hooks_with_kwargs \
+                or getattr(module, "_forward_hooks_always_called", None):
+            unsupported("module forward hooks with kwargs or always_call")
+        if self.source is not None:
+            tx.guards.hooks(self.child_source(), tuple(module._forward_pre_hooks.values()),
+                            tuple(module._forward_hooks.values()))
+        elif module._forward_hooks or module._forward_pre_hooks:
+            unsupported("calling a module with forward hooks that is not reachable from the inputs")
+        from .containers import TupleVariable
+
+        # nn.Module.__call__'s order: pre-hooks may replace the inputs, forward runs,
+        # hooks may replace the output.
+        for hook in module._forward_pre_hooks.values():
+            result = tx.wrap(hook, ConstSource(hook, "forward_pre_hook")).call(tx, [self, TupleVariable(list(args))], {})
+            if not (result.is_constant() and result.as_constant() is None):
+                args = result.iterate(tx) if isinstance(result, TupleVariable) else [result]
+        output = self.call_forward(tx, args, kwargs)
+        for hook in module._forward_hooks.values():
+            result = tx.wrap(hook, ConstSource(hook, "forward_hook")).call(
+                tx, [self, TupleVariable(list(args)), output], {})
+            if not (result.is_constant() and result.as_constant() is None):
+                output = result
+        return output
+
+    def call_forward(self, tx, args, kwargs):
+        if "forward" in self.obj.__dict__:
+            return tx.wrap(self.obj.__dict__["forward"], AttrSource(self.child_source(), "forward")
+                           if self.source is not None else None).call(tx, args, kwargs)
+        forward = static_lookup(type(self.obj), "forward")
+        if not isinstance(forward, types.FunctionType):
+            unsupported(f"{type(self.obj).__qualname__} has no Python forward")
+        return bind_class_attribute(tx, self, type(self.obj), "forward", forward).call(tx, args, kwargs)
+
+    def __repr__(self):
+        return f"NNModuleVariable({type(self.obj).__qualname__})"
+
+
+class ModuleSliceVariable(Variable):
+    """``seq[a:b]`` of a Sequential/ModuleList: iterable, and callable like a Sequential."""
+
+    def __init__(self, modules: list):
+        self.items = modules
+
+    def iterate(self, tx):
+        return list(self.items)
+
+    def length(self, tx):
+        return len(self.items)
+
+    def getitem(self, tx, index):
+        key = index.as_constant()
+        return ModuleSliceVariable(self.items[key]) if isinstance(key, slice) else self.items[key]
+
+    def call(self, tx, args, kwargs):
+        (value,) = args
+        for module in self.items:
+            value = module.call(tx, [value], {})
+        return value
+
+
+# nn.Module base methods that are plain Python and safe to inline.
+ALLOWED_MODULE_BASE_METHODS = {"forward", "_call_impl", "extra_repr", "_get_name"}
+
+
+class ModuleMethodVariable(Variable):
+    def __init__(self, module_var, name, rule):
+        self.module_var = module_var
+        self.name = name
+        self.rule = rule
+
+    def call(self, tx, args, kwargs):
+        from .containers import IteratorVariable
+
+        # nn.Module.parameters(), children(), ... are generators in eager.
+        result = self.rule(tx, self.module_var, *args, **kwargs)
+        return IteratorVariable(result.items) if self.name in GENERATOR_METHODS else result
+
+
+def _module_children(tx, mv):
+    from .containers import ListVariable
+
+    return ListVariable(mv.submodules(tx))
+
+
+def _module_named_children(tx, mv):
+    from .containers import ListVariable, TupleVariable
+
+    return ListVariable([TupleVariable([ConstantVariable(k), v])
+                         for k, v in zip([k for k, m in mv.obj._modules.items() if m is not None], mv.submodules(tx))])
+
+
+def _module_modules(tx, mv):
+    from .containers import ListVariable
+
+    out = [mv]
+    for child in mv.submodules(tx):
+        for m in _module_modules(tx, child).items:
+            if all(m.obj is not seen.obj for seen in out):
+                out.append(m)
+    return ListVariable(out)
+
+
+def _module_parameters(tx, mv, recurse=ConstantVariable(True)):
+    from .containers import ListVariable
+
+    return ListVariable([v for _, v in _named_tensors(tx, mv, "_parameters", recurse.as_constant())])
+
+
+def _module_named_parameters(tx, mv, prefix=ConstantVariable(""), recurse=ConstantVariable(True)):
+    from .containers import ListVariable, TupleVariable
+
+    return ListVariable([TupleVariable([ConstantVariable(prefix.as_constant() + ("." if prefix.as_constant() else "") + k), v])
+                         for k, v in _named_tensors(tx, mv, "_parameters", recurse.as_constant())])
+
+
+def _module_buffers(tx, mv, recurse=ConstantVariable(True)):
+    from .containers import ListVariable
+
+    return ListVariable([v for _, v in _named_tensors(tx, mv, "_buffers", recurse.as_constant())])
+
+
+def _named_tensors(tx, mv, table, recurse, prefix=""):
+    out, seen = [], set()
+    modules = [(prefix, mv)]
+    if recurse:
+        modules = []
+
+        def walk(p, m):
+            modules.append((p, m))
+            for k, child in zip([k for k, c in m.obj._modules.items() if c is not None], m.submodules(tx)):
+                walk(f"{p}{k}.", child)
+        walk(prefix, mv)
+    for p, m in modules:
+        for k, t in m.obj.__dict__[table].items():
+            if t is None or id(t) in seen:
+                continue
+            seen.add(id(t))
+            out.append((p + k, m.getattr_fallback(tx, k)))
+    return out
+
+
+def _module_items(tx, mv):
+    from .containers import ListVariable, TupleVariable
+
+    return ListVariable([TupleVariable([ConstantVariable(k), v])
+                         for k, v in zip(mv.obj._modules, mv.submodules(tx))])
+
+
+def _module_keys(tx, mv):
+    from .containers import ListVariable
+
+    return ListVariable([ConstantVariable(k) for k in mv.obj._modules])
+
+
+def _module_values(tx, mv):
+    from .containers import ListVariable
+
+    return ListVariable(mv.submodules(tx))
+
+
+def _module_named_modules(tx, mv, memo=None, prefix=ConstantVariable(""), remove_duplicate=ConstantVariable(True)):
+    from .containers import ListVariable, TupleVariable
+
+    out, seen = [], set()
+
+    def walk(p, m):
+        if id(m.obj) in seen:
+            return
+        seen.add(id(m.obj))
+        out.append(TupleVariable([ConstantVariable(p), m]))
+        for k, child in zip([k for k, c in m.obj._modules.items() if c is not None], m.submodules(tx)):
+            walk(f"{p}.{k}" if p else k, child)
+    walk(prefix.as_constant(), mv)
+    return ListVariable(out)
+
+
+MODULE_METHOD_RULES = {
+    "named_modules": _module_named_modules,
+    "children": _module_children,
+    "named_children": _module_named_children,
+    "modules": _module_modules,
+    "parameters": _module_parameters,
+    "named_parameters": _module_named_parameters,
+    "buffers": _module_buffers,
+}
+GENERATOR_METHODS = {"named_modules", "children", "named_children", "modules", "parameters", "named_parameters", "buffers"}
+CONTAINER_MODULE_RULES = {"items": _module_items, "keys": _module_keys, "values": _module_values}
+for _name, _rule in CONTAINER_MODULE_RULES.items():
+    MODULE_METHOD_RULES.setdefault(_name, _rule)
+
+
+class NewObjectVariable(Variable):
+    """An object of a user class created during the trace (dataclasses and plain classes)."""
+
+    def __init__(self, cls: type):
+        self.cls = cls
+        self.attrs: dict[str, Variable] = {}
+
+    def python_type(self):
+        return self.cls
+
+    def truthy(self, tx):
+        return True
+
+    def getattr(self, tx, name):
+        static = static_lookup(self.cls, name)
+        if isinstance(static, property):
+            return bind_class_attribute(tx, self, self.cls, name, static)
+        if name in self.attrs:
+            return self.attrs[name]
+        if name == "__class__":
+            return ClassVariable(self.cls)
+        if static is not _MISSING:
+            return bind_class_attribute(tx, self, self.cls, name, static)
+        raise AttributeMissing(name)
+
+    def setattr(self, tx, name, value):
+        static = static_lookup(self.cls, name)
+        if static is not _MISSING and hasattr(type(static), "__set__"):
+            unsupported(f"assigning data descriptor {name!r} of {self.cls.__qualname__}")
+        self.attrs[name] = value
+
+    def __repr__(self):
+        return f"NewObjectVariable({self.cls.__qualname__})"
+
+
+class ClassVariable(Variable):
+    def __init__(self, cls: type, source=None):
+        self.cls = cls
+        self.source = source
+
+    def python_type(self):
+        return type(self.cls)
+
+    def truthy(self, tx):
+        return True
+
+    def identity_key(self):
+        from .containers import IdentityKey
+
+        return IdentityKey(self, self.cls)
+
+    def is_constant(self):
+        return False
+
+    def getattr(self, tx, name):
+        if name in ("__name__", "__qualname__", "__module__"):
+            return ConstantVariable(getattr(self.cls, name))
+        static = static_lookup(self.cls, name)
+        if static is _MISSING:
+            raise AttributeMissing(name)
+        if isinstance(static, classmethod):
+            from .functions import UserFunctionVariable, UserMethodVariable
+
+            return UserMethodVariable(UserFunctionVariable(static.__func__), self)
+        if isinstance(static, staticmethod):
+            return tx.wrap(static.__func__, None)
+        if isinstance(static, types.FunctionType):
+            from .functions import UserFunctionVariable
+
+            return UserFunctionVariable(static)
+        own_source = AttrSource(ConstSource(self.cls, self.cls.__qualname__), name) \
+            if self.source is not None and not is_torch_library_code(self.cls) else None
+        return tx.wrap(getattr(self.cls, name), own_source)
+
+    def call(self, tx, args, kwargs):
+        from .constructors import construct
+
+        return construct(tx, self, args, kwargs)
+
+    def __repr__(self):
+        return f"ClassVariable({self.cls.__qualname__})"
+
+
+class SuperVariable(Variable):
+    def __init__(self, cls: type, self_var: Variable):
+        self.cls = cls
+        self.self_var = self_var
+
+    def getattr(self, tx, name):
+        obj_type = self.self_var.python_type()
+        mro = obj_type.__mro__
+        start = mro.index(self.cls) + 1 if self.cls in mro else 0
+        for klass in mro[start:]:
+            if name in klass.__dict__:
+                value = klass.__dict__[name]
+                if klass is object and name == "__init__":
+                    return NoOpVariable()
+                if isinstance(value, types.FunctionType) and value.__qualname__.startswith("Module.") \
+                        and name != "forward":
+                    unsupported(f"super().{name}() of nn.Module in compiled code")
+                return bind_class_attribute(tx, self.self_var, obj_type, name, value)
+        raise AttributeMissing(name)
+
+
+class ExceptionVariable(Variable):
+    """An exception object made or caught by the captured code."""
+
+    def __init__(self, exc_type: type, args: list):
+        self.exc_type = exc_type
+        self.args = args
+
+    def python_type(self):
+        return self.exc_type
+
+    def truthy(self, tx):
+        return True
+
+    def getattr(self, tx, name):
+        if name == "args":
+            from .containers import TupleVariable
+
+            return TupleVariable(self.args)
+        raise AttributeMissing(name)
+
+
+class WeakRefVariable(Variable):
+    """A ``weakref.ref`` read from the inputs; calling it reads its referent."""
+
+    def __init__(self, ref, source):
+        self.ref = ref
+        self.source = source
+
+    def python_type(self):
+        return type(self.ref)
+
+    def truthy(self, tx):
+        return True
+
+    def call(self, tx, args, kwargs):
+        from ..sources import CallSource
+
+        return tx.wrap(self.ref(), CallSource(self.source))
+
+
+class NoOpVariable(Variable):
+    """A call that does nothing (``object.__init__``)."""
+
+    def call(self, tx, args, kwargs):
+        return NONE
+
+
+class PythonModuleVariable(Variable):
+    def __init__(self, module: types.ModuleType, source=None):
+        self.module = module
+        self.source = source
+
+    def python_type(self):
+        return types.ModuleType
+
+    def truthy(self, tx):
+        return True
+
+    def getattr(self, tx, name):
+        try:
+            value = getattr(self.module, name)
+        except AttributeError:
+            raise AttributeMissing(name)
+        # Library modules are trusted not to be rebound between calls; attributes of
+        # the user's own modules (config modules, ...) are guarded like globals.
+        trusted = self.module.__name__.split(".")[0] in TRUSTED_MODULES
+        source = None if trusted or self.source is None else AttrSource(ConstSource(self.module, self.module.__name__), name)
+        return tx.wrap(value, source)
+
+
+TRUSTED_MODULES = {"torch", "math", "operator", "functools", "itertools", "collections", "typing",
+                   "dataclasses", "builtins", "numpy", "enum", "types", "warnings", "inspect", "surge"}
+
+
+def is_dataclass_type(cls) -> bool:
+    return isinstance(cls, type) and dataclasses.is_dataclass(cls)

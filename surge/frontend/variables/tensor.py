@@ -1,0 +1,311 @@
+"""Tensors as graph values: every op on them becomes a node of the graph.
+
+``record_op`` is the one place tensor work enters the graph: it turns symbolic
+arguments into FX arguments and meta arguments, runs the op on meta tensors
+for its result's metadata, and wraps the result. Tensor methods and properties
+with special meaning (metadata queries answered now, data-dependent queries
+that cannot be captured) are rules in the registries below.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from .. import meta as meta_utils
+from ..graph_builder import run_on_meta
+from .base import AttributeMissing, Variable, unsupported
+from .constant import ConstantVariable, is_constant_value
+
+
+class TensorVariable(Variable):
+    def __init__(self, node, example: torch.Tensor, device: torch.device, cls=torch.Tensor, source=None, real=None):
+        self.node = node
+        self.example = example  # a meta tensor
+        self.device = device
+        self.cls = cls
+        self.source = source
+        self.real = real  # the real tensor, for graph inputs only
+
+    def python_type(self):
+        return self.cls
+
+    def truthy(self, tx):
+        unsupported("branching on a tensor's value (data-dependent control flow)")
+
+    def getattr(self, tx, name):
+        rule = TENSOR_ATTRIBUTES.get(name)
+        if rule is not None:
+            return rule(tx, self)
+        if name in DATA_DEPENDENT_METHODS:
+            unsupported(f"Tensor.{name}() reads tensor data into Python")
+        if not hasattr(torch.Tensor, name):
+            raise AttributeMissing(name)
+        from .functions import TensorMethodVariable
+
+        return TensorMethodVariable(self, name)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name in TENSOR_ATTRIBUTES:
+            return self.getattr(tx, name).call(tx, args, kwargs)
+        return call_tensor_method(tx, self, name, args, kwargs)
+
+    def iterate(self, tx):
+        if self.example.dim() == 0:
+            unsupported("iterating over a 0-d tensor")
+        return [record_op(tx, "call_function", operator.getitem, [self, ConstantVariable(i)], {})
+                for i in range(self.example.shape[0])]
+
+    def length(self, tx):
+        if self.example.dim() == 0:
+            unsupported("len() of a 0-d tensor")
+        return self.example.shape[0]
+
+    def __repr__(self):
+        return f"TensorVariable({self.node}, {tuple(self.example.shape)}, {self.example.dtype})"
+
+
+def call_tensor_method(tx, tensor: TensorVariable, name: str, args: list, kwargs: dict) -> Variable:
+    if name in DATA_DEPENDENT_METHODS:
+        unsupported(f"Tensor.{name}() reads tensor data into Python")
+    rule = TENSOR_METHODS.get(name)
+    if rule is not None:
+        return rule(tx, tensor, args, kwargs)
+    return record_op(tx, "call_method", name, [tensor, *args], kwargs)
+
+
+# ---- turning symbolic arguments into FX / meta arguments -------------------------
+
+
+def _unwrap(value: Variable, devices: list):
+    """(fx argument, meta argument) for one symbolic argument."""
+    if isinstance(value, TensorVariable):
+        devices.append(value.device)
+        return value.node, value.example
+    from .containers import DictVariable, ListVariable, SliceVariable, TupleVariable
+
+    if isinstance(value, ConstantVariable):
+        return value.value, value.value
+    if isinstance(value, (TupleVariable, ListVariable)):
+        pairs = [_unwrap(v, devices) for v in value.items]
+        kind = list if isinstance(value, ListVariable) else tuple
+        return kind(p[0] for p in pairs), kind(p[1] for p in pairs)
+    if isinstance(value, SliceVariable):
+        parts = [_unwrap(v, devices) for v in (value.start, value.stop, value.step)]
+        if any(isinstance(p[0], torch.fx.Node) for p in parts):
+            unsupported("slicing with a tensor as a bound")
+        return slice(*(p[0] for p in parts)), slice(*(p[1] for p in parts))
+    if isinstance(value, DictVariable):
+        out_fx, out_meta = {}, {}
+        for k, v in value.items.items():
+            out_fx[k], out_meta[k] = _unwrap(v, devices)
+        return out_fx, out_meta
+    unsupported(f"passing {value} to a tensor operation")
+
+
+def record_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable:
+    """Add one op to the graph and return its symbolic result."""
+    devices: list = []
+    fx_args, meta_args = [], []
+    for a in args:
+        f, m = _unwrap(a, devices)
+        fx_args.append(f)
+        meta_args.append(m)
+    fx_kwargs, meta_kwargs = {}, {}
+    for k, v in kwargs.items():
+        fx_kwargs[k], meta_kwargs[k] = _unwrap(v, devices)
+    meta_args, meta_kwargs, explicit_device = meta_utils.strip_devices(
+        target, tuple(meta_args), meta_kwargs, kind == "call_method"
+    )
+    result = run_on_meta(kind, target, meta_args, meta_kwargs)
+    if not devices and not isinstance(result, (torch.Tensor, tuple, list)) and is_constant_value(result):
+        # No tensor went in, so the result is a plain function of Python values.
+        return ConstantVariable(result)
+    device = meta_utils.result_device(explicit_device, devices)
+    node = tx.graph.create_node(kind, target, tuple(fx_args), fx_kwargs, tx.stack_trace())
+    if result is None and target in RESULTLESS_OPS:
+        return ConstantVariable(None)
+    return wrap_result(tx, node, result, device)
+
+
+# Ops run for their effect on an argument; they return None.
+RESULTLESS_OPS = {operator.setitem, torch._C._set_grad_enabled}
+
+
+def wrap_result(tx, node, result, device) -> Variable:
+    from .containers import ListVariable, TupleVariable
+
+    if isinstance(result, torch.Tensor):
+        node.meta["val"] = result
+        node.meta["device"] = device
+        return TensorVariable(node, result, device)
+    if isinstance(result, (tuple, list)) and any(isinstance(r, torch.Tensor) for r in result):
+        node.meta["val"] = result
+        items = []
+        for i, r in enumerate(result):
+            if isinstance(r, torch.Tensor):
+                item = tx.graph.create_node("call_function", operator.getitem, (node, i), {}, tx.stack_trace())
+                item.meta["val"] = r
+                item.meta["device"] = device
+                items.append(TensorVariable(item, r, device))
+            elif is_constant_value(r):
+                items.append(ConstantVariable(r))
+            else:
+                unsupported(f"an op returned a {type(r).__name__} inside its result")
+        if isinstance(result, list):
+            return ListVariable(items)
+        cls = type(result)
+        return TupleVariable(items, cls=None if cls is tuple else cls)
+    tx.graph.graph.erase_node(node)
+    unsupported(f"{node.target} returned a non-tensor value ({type(result).__name__}) that depends on tensor data")
+
+
+# ---- tensor attributes and methods with their own rules ---------------------------
+
+TENSOR_ATTRIBUTES: dict = {}
+TENSOR_METHODS: dict = {}
+
+# Methods that move tensor data into Python: not capturable in a graph.
+DATA_DEPENDENT_METHODS = {
+    "item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "__complex__",
+    "data_ptr", "backward", "register_hook", "retain_grad", "untyped_storage", "storage",
+    "__array__", "nonzero_static", "__format__", "__repr__", "__str__",
+}
+
+
+def tensor_attribute(*names):
+    def register(fn):
+        for n in names:
+            TENSOR_ATTRIBUTES[n] = fn
+        return fn
+    return register
+
+
+def tensor_method(*names):
+    def register(fn):
+        for n in names:
+            TENSOR_METHODS[n] = fn
+        return fn
+    return register
+
+
+def _const(value):
+    return ConstantVariable(value)
+
+
+@tensor_attribute("shape")
+def _shape(tx, t):
+    return _const(t.example.shape)
+
+
+@tensor_attribute("dtype")
+def _dtype(tx, t):
+    return _const(t.example.dtype)
+
+
+@tensor_attribute("device")
+def _device(tx, t):
+    return _const(t.device)
+
+
+@tensor_attribute("ndim")
+def _ndim(tx, t):
+    return _const(t.example.dim())
+
+
+@tensor_attribute("is_cuda")
+def _is_cuda(tx, t):
+    return _const(t.device.type == "cuda")
+
+
+@tensor_attribute("is_cpu")
+def _is_cpu(tx, t):
+    return _const(t.device.type == "cpu")
+
+
+def _make_meta_attr(name):
+    return lambda tx, t: _const(getattr(t.example, name))
+
+
+@tensor_attribute("grad_fn")
+def _grad_fn(tx, t):
+    real = t.real if t.real is not None else t.example
+    if real.grad_fn is None:
+        return _const(None)
+    unsupported("reading .grad_fn (autograd graph objects) in compiled code")
+
+
+@tensor_attribute("is_leaf")
+def _is_leaf(tx, t):
+    return _const((t.real if t.real is not None else t.example).is_leaf)
+
+
+for _n in ("requires_grad", "layout", "itemsize", "nbytes", "is_sparse", "is_quantized", "is_nested"):
+    TENSOR_ATTRIBUTES[_n] = _make_meta_attr(_n)
+
+
+@tensor_attribute("T")
+def _transpose_all(tx, t):
+    if t.example.dim() < 2:
+        return t  # .T of a 0-d or 1-d tensor is the tensor itself
+    if t.example.dim() == 2:
+        return record_op(tx, "call_method", "t", [t], {})
+    dims = tuple(reversed(range(t.example.dim())))
+    return record_op(tx, "call_method", "permute", [t, _const(dims)], {})
+
+
+@tensor_attribute("mT")
+def _matrix_transpose(tx, t):
+    return record_op(tx, "call_method", "transpose", [t, _const(-2), _const(-1)], {})
+
+
+TENSOR_ATTRIBUTES["H"] = lambda tx, t: record_op(tx, "call_method", "adjoint", [t], {})
+TENSOR_ATTRIBUTES["mH"] = lambda tx, t: record_op(tx, "call_method", "adjoint", [t], {})
+TENSOR_ATTRIBUTES["real"] = lambda tx, t: record_op(tx, "call_function", torch.real, [t], {})
+TENSOR_ATTRIBUTES["imag"] = lambda tx, t: record_op(tx, "call_function", torch.imag, [t], {})
+
+
+@tensor_attribute("data")
+def _data(tx, t):
+    return record_op(tx, "call_method", "detach", [t], {})
+
+
+@tensor_attribute("grad")
+def _grad(tx, t):
+    if t.source is None or t.real is None:
+        unsupported("reading .grad of a tensor computed inside the compiled code")
+    from ..sources import AttrSource
+
+    return tx.wrap(t.real.grad, AttrSource(t.source, "grad"))
+
+
+def _constant_args(args, kwargs):
+    return [a.as_constant() for a in args], {k: v.as_constant() for k, v in kwargs.items()}
+
+
+def _make_metadata_method(name):
+    def rule(tx, t, args, kwargs):
+        a, k = _constant_args(args, kwargs)
+        return _const(getattr(t.example, name)(*a, **k))
+    return rule
+
+
+for _n in ("size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous", "element_size",
+           "is_floating_point", "is_complex", "is_signed", "storage_offset", "is_inference", "__len__"):
+    TENSOR_METHODS[_n] = _make_metadata_method(_n)
+
+
+@tensor_method("get_device")
+def _get_device(tx, t, args, kwargs):
+    return _const(t.device.index if t.device.type != "cpu" else -1)
+
+
+@tensor_method("type")
+def _type_method(tx, t, args, kwargs):
+    if not args and not kwargs:
+        prefix = "torch." if t.device.type == "cpu" else f"torch.{t.device.type}."
+        return _const(prefix + {torch.float32: "FloatTensor", torch.float64: "DoubleTensor",
+                                torch.float16: "HalfTensor", torch.bfloat16: "BFloat16Tensor",
+                                torch.int64: "LongTensor", torch.int32: "IntTensor",
+                                torch.bool: "BoolTensor"}.get(t.example.dtype, "Tensor"))
+    return record_op(tx, "call_method", "type", [t, *args], kwargs)

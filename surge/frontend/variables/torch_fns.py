@@ -1,0 +1,123 @@
+"""torch functions (``torch.*``, ``torch.nn.functional.*``, ``torch.Tensor.*``) as graph ops.
+
+A torch function becomes one ``call_function`` node. A few have rules of their
+own: those that answer metadata questions from meta tensors, those that only
+read global state the guards fix, and those that are pure functions of Python
+values.
+"""
+from __future__ import annotations
+
+import torch
+
+from .base import Variable, unsupported
+from .constant import ConstantVariable, is_constant_value
+from .tensor import TensorVariable, record_op
+
+TORCH_FUNCTION_RULES: dict = {}
+
+# Functions that change or read global state or tensor data: refused.
+UNSUPPORTED_TORCH_FUNCTIONS = {
+    torch.manual_seed: "torch.manual_seed() in compiled code (global RNG state)",
+    torch.set_default_dtype: "torch.set_default_dtype() in compiled code",
+    torch.is_nonzero: "torch.is_nonzero() reads tensor data",
+    torch.equal: "torch.equal() reads tensor data into Python",
+    torch.allclose: "torch.allclose() reads tensor data into Python",
+    torch.save: "torch.save() in compiled code",
+    torch.load: "torch.load() in compiled code",
+}
+
+
+def torch_rule(*fns):
+    def register(rule):
+        for fn in fns:
+            TORCH_FUNCTION_RULES[fn] = rule
+        return rule
+    return register
+
+
+class TorchFunctionVariable(Variable):
+    def __init__(self, fn, source=None):
+        self.fn = fn
+        self.source = source
+
+    def python_type(self):
+        return type(self.fn)
+
+    def truthy(self, tx):
+        return True
+
+    def identity_key(self):
+        from .containers import IdentityKey
+
+        return IdentityKey(self, self.fn)
+
+    def getattr(self, tx, name):
+        if name in ("__name__", "__qualname__", "__module__"):
+            return ConstantVariable(getattr(self.fn, name))
+        unsupported(f"attribute {name!r} of {self.fn}")
+
+    def call(self, tx, args, kwargs):
+        reason = UNSUPPORTED_TORCH_FUNCTIONS.get(self.fn)
+        if reason is not None:
+            unsupported(reason)
+        rule = TORCH_FUNCTION_RULES.get(self.fn)
+        if rule is not None:
+            return rule(tx, self.fn, args, kwargs)
+        return record_op(tx, "call_function", self.fn, list(args), dict(kwargs))
+
+    def __repr__(self):
+        return f"TorchFunctionVariable({getattr(self.fn, '__qualname__', self.fn)})"
+
+
+@torch_rule(torch._C._has_torch_function, torch._C._has_torch_function_unary,
+            torch._C._has_torch_function_variadic)
+def _has_torch_function(tx, fn, args, kwargs):
+    # Only plain tensors and Parameters become graph values: no __torch_function__ overrides.
+    return ConstantVariable(False)
+
+
+@torch_rule(torch.jit.is_scripting, torch.jit.is_tracing)
+def _not_scripting(tx, fn, args, kwargs):
+    return ConstantVariable(False)
+
+
+@torch_rule(torch.is_grad_enabled)
+def _is_grad_enabled(tx, fn, args, kwargs):
+    return ConstantVariable(tx.grad_enabled)
+
+
+@torch_rule(torch.get_default_dtype)
+def _get_default_dtype(tx, fn, args, kwargs):
+    return ConstantVariable(torch.get_default_dtype())
+
+
+@torch_rule(torch.is_tensor)
+def _is_tensor(tx, fn, args, kwargs):
+    return ConstantVariable(isinstance(args[0], TensorVariable))
+
+
+@torch_rule(torch.is_floating_point, torch.is_complex, torch.numel, torch.result_type,
+            torch.broadcast_shapes, torch.promote_types, torch.can_cast)
+def _metadata_function(tx, fn, args, kwargs):
+    def meta(v):
+        if isinstance(v, TensorVariable):
+            return v.example
+        return v.as_constant()
+    try:
+        value = fn(*[meta(a) for a in args], **{k: meta(v) for k, v in kwargs.items()})
+    except Exception as e:
+        unsupported(f"{fn.__name__}() raised {type(e).__name__}: {e}")
+    return ConstantVariable(value)
+
+
+def call_pure_torch_class(tx, cls, args, kwargs):
+    """torch.device(...), torch.Size(...), torch.finfo(...): values computed now."""
+    if not all(a.is_constant() for a in args) or not all(v.is_constant() for v in kwargs.values()):
+        unsupported(f"{cls.__qualname__}() with non-constant arguments")
+    value = cls(*[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
+    if not is_constant_value(value):
+        unsupported(f"{cls.__qualname__}() value in compiled code")
+    return ConstantVariable(value)
+
+
+PURE_TORCH_CLASSES = (torch.device, torch.Size, torch.finfo, torch.iinfo, torch.dtype)

@@ -1,0 +1,347 @@
+"""Lower an ATen FX graph into a ``LoopGraph``.
+
+Walks the graph once. Placeholders become input buffers; each call is lowered
+by its registered rule into a ``LazyTensor`` (pointwise ops and views stay
+lazy, reductions make buffers); ops without a rule become extern calls to
+ATen. Lazy values are realized into buffers where memory is needed.
+"""
+from __future__ import annotations
+
+import operator
+import re
+
+import sympy
+import torch
+import torch.fx
+
+from .. import logs
+from ..errors import SurgeError
+from . import ops_index, ops_pointwise, ops_reduction, ops_view  # noqa: F401  (register rules)
+from .ir import (
+    ComputedBuffer, ExternBuffer, GraphOutput, InputBuffer, Layout, LoopGraph, TensorArg,
+)
+from .registry import NotLowered, lowering_for
+from .sizes import index_symbol, sym
+from .tensor import LazyTensor, sym_shape
+from .values import cast, op_count
+
+# A lazy value read by several consumers is inlined into each (recomputed)
+# unless it costs more operations than this; then it is computed once.
+RECOMPUTE_OP_LIMIT = 12
+
+
+class LoweringError(SurgeError):
+    """The graph uses something the loop IR cannot express (with the user's file:line)."""
+
+
+def node_location(node: torch.fx.Node) -> str | None:
+    trace = node.meta.get("stack_trace")
+    if not trace:
+        return None
+    found = re.findall(r'File "([^"]+)", line (\d+)', trace)
+    if not found:
+        return None
+    path, line = found[-1]
+    return f"{path}:{line}"
+
+
+def meta_value(node):
+    val = node.meta.get("val", node.meta.get("example_value"))
+    return val
+
+
+class Lowering:
+    """The state of lowering one graph; lowering rules receive it as ``ctx``."""
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, device: torch.device):
+        self.gm = gm
+        self.example_inputs = list(example_inputs)
+        self.device = device
+        self.inputs: list[InputBuffer] = []
+        self.buffers: list = []
+        self.constants: dict[str, torch.Tensor] = {}
+        self.env: dict[torch.fx.Node, object] = {}
+        self.node: torch.fx.Node | None = None
+        self.single_output = False
+        self._count = 0
+
+    # -- naming and metadata -------------------------------------------------
+    def new_name(self) -> str:
+        name = f"buf{self._count}"
+        self._count += 1
+        return name
+
+    @property
+    def out_meta(self):
+        return meta_value(self.node)
+
+    def out_dtype(self, index: int | None = None) -> torch.dtype:
+        val = self.out_meta
+        if index is not None:
+            val = val[index]
+        return val.dtype
+
+    def out_device(self) -> torch.device:
+        """The real device of the node's result (meta values live on the meta device)."""
+        device = self.node.meta.get("device")
+        if device is not None:
+            return torch.device(device)
+        val = self.out_meta
+        if isinstance(val, torch.Tensor) and val.device.type != "meta":
+            return val.device
+        return self.device
+
+    def origin(self) -> tuple:
+        if self.node is None or self.node.op != "call_function":
+            return ()
+        return (getattr(self.node.target, "__name__", str(self.node.target)).split(".")[0],)
+
+    # -- making buffers --------------------------------------------------------
+    def realize(self, t: LazyTensor, layout: Layout | None = None) -> LazyTensor:
+        """``t`` computed into a buffer (with ``layout``, default contiguous)."""
+        if t.view is not None and layout is None:
+            return t
+        layout = layout or Layout.contiguous(t.shape)
+        loop_dims = tuple(d for d, s in enumerate(t.shape) if s != 1)
+        ranges = tuple(t.shape[d] for d in loop_dims)
+        index = [sympy.Integer(0)] * len(t.shape)
+        for k, d in enumerate(loop_dims):
+            index[d] = index_symbol("i", k)
+        buf = ComputedBuffer(
+            self.new_name(), layout, t.dtype, self.device, ranges=ranges, value=t.load(index),
+            loop_dims=loop_dims, origins=t.origins or self.origin(), location=self.location(),
+        )
+        self.buffers.append(buf)
+        return LazyTensor.of_buffer(buf.name, layout, t.dtype, t.device)
+
+    def reduction(self, t: LazyTensor, dims, keepdim: bool, reduction_type: str,
+                  dtype: torch.dtype, acc_dtype: torch.dtype | None = None,
+                  correction: float = 0.0) -> LazyTensor:
+        """Reduce ``t`` over ``dims`` into a new buffer."""
+        dims = sorted({d % max(t.ndim, 1) for d in dims}) if t.ndim else []
+        out_shape = [sympy.Integer(1) if d in dims else s for d, s in enumerate(t.shape)]
+        if not keepdim:
+            out_shape = [s for d, s in enumerate(t.shape) if d not in dims]
+        outer = [d for d in range(t.ndim) if d not in dims and t.shape[d] != 1]
+        red = [d for d in dims if t.shape[d] != 1] or dims[:1]
+        index = [sympy.Integer(0)] * t.ndim
+        for k, d in enumerate(outer):
+            index[d] = index_symbol("i", k)
+        for k, d in enumerate(red):
+            index[d] = index_symbol("r", k)
+        acc_dtype = acc_dtype or dtype
+        value = t.load(index) if t.ndim else t.load([])
+        if reduction_type not in ("argmax", "argmin"):
+            value = cast(value, acc_dtype)
+        layout = Layout.contiguous(out_shape)
+        kept = [d for d in range(t.ndim) if d not in dims]
+        loop_dims = tuple(outer) if keepdim else tuple(kept.index(d) for d in outer)
+        buf = ComputedBuffer(
+            self.new_name(), layout, dtype, self.device,
+            ranges=tuple(t.shape[d] for d in outer), value=value,
+            reduction_ranges=tuple(t.shape[d] for d in red) if red else (sympy.Integer(1),),
+            reduction_type=reduction_type, acc_dtype=acc_dtype, correction=correction,
+            loop_dims=loop_dims, origins=_merge_origins(t.origins, self.origin()), location=self.location(),
+        )
+        self.buffers.append(buf)
+        return LazyTensor.of_buffer(buf.name, layout, dtype, t.device)
+
+    def extern(self, target, args, kwargs) -> object:
+        """Call ATen ``target`` on realized arguments; the result per ``node.meta['val']``."""
+        def to_arg(a):
+            if isinstance(a, LazyTensor):
+                r = self.realize(a)
+                name, layout = r.view
+                own = self.by_name[name].layout
+                same = layout.stride == own.stride and layout.shape == own.shape and layout.offset == own.offset
+                return TensorArg(name, None if same else layout)
+            if isinstance(a, (list, tuple)):
+                return type(a)(to_arg(x) for x in a)
+            return a
+        args = tuple(to_arg(a) for a in args)
+        kwargs = {k: to_arg(v) for k, v in kwargs.items()}
+        val = self.out_meta
+        loc = self.location()
+        if isinstance(val, torch.Tensor):
+            buf = ExternBuffer(self.new_name(), _layout_of(val), val.dtype, self.device,
+                               op=target, args=args, kwargs=kwargs, location=loc)
+            self.buffers.append(buf)
+            return LazyTensor.of_buffer(buf.name, buf.layout, val.dtype, self.device)
+        if isinstance(val, (list, tuple)) and all(isinstance(v, torch.Tensor) or v is None for v in val):
+            parent = ExternBuffer(self.new_name(), Layout((), ()), torch.float32, self.device,
+                                  op=target, args=args, kwargs=kwargs, location=loc)
+            self.buffers.append(parent)
+            outs = []
+            for k, v in enumerate(val):
+                if v is None:
+                    outs.append(None)
+                    continue
+                child = ExternBuffer(self.new_name(), _layout_of(v), v.dtype, self.device,
+                                     parent=parent.name, output_index=k, location=loc)
+                self.buffers.append(child)
+                outs.append(LazyTensor.of_buffer(child.name, child.layout, v.dtype, self.device))
+            return tuple(outs)
+        raise LoweringError(f"cannot call {target} as an extern op: it returns {type(val).__name__}"
+                            + (f"\n  at {loc}" if loc else ""))
+
+    @property
+    def by_name(self) -> dict:
+        return {b.name: b for b in self.inputs + self.buffers}
+
+    def location(self) -> str | None:
+        return node_location(self.node) if self.node is not None else None
+
+    # -- the walk --------------------------------------------------------------
+    def run(self) -> LoopGraph:
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(self.example_inputs):
+            raise LoweringError(f"graph has {len(placeholders)} inputs, got {len(self.example_inputs)} examples")
+        outputs = None
+        for node in self.gm.graph.nodes:
+            self.node = node
+            if node.op == "placeholder":
+                self.env[node] = self.lower_input(node, self.example_inputs[len(self.inputs)])
+            elif node.op == "get_attr":
+                self.env[node] = self.lower_constant(node)
+            elif node.op == "call_function":
+                self.env[node] = self.lower_call(node)
+            elif node.op == "output":
+                outputs = self.lower_outputs(node)
+            else:
+                raise LoweringError(f"unsupported FX node kind {node.op!r} ({node.format_node()})")
+        graph = LoopGraph(self.inputs, self.buffers, outputs, self.device)
+        graph.single_output = self.single_output
+        return graph
+
+    def lower_input(self, node, example):
+        if not isinstance(example, torch.Tensor):
+            raise LoweringError(f"non-tensor graph input {node.name}={example!r} (symbolic sizes "
+                                "are not supported yet)")
+        layout = Layout(sym_shape(example.shape), sym_shape(example.stride()))
+        buf = InputBuffer(f"arg{len(self.inputs)}", layout, example.dtype, example.device,
+                          position=len(self.inputs))
+        self.inputs.append(buf)
+        return LazyTensor.of_buffer(buf.name, layout, example.dtype, example.device)
+
+    def lower_constant(self, node):
+        value = getattr(self.gm, node.target)
+        if not isinstance(value, torch.Tensor):
+            return value
+        self.example_inputs.append(value)
+        self.constants[f"arg{len(self.inputs)}"] = value
+        return self.lower_input(node, value)
+
+    def lower_call(self, node):
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: self.env[n])
+        if node.target is operator.getitem:
+            return args[0][args[1]]
+        rule = lowering_for(node.target)
+        result = None
+        if rule is not None and _all_tensors_on(self.device, args, kwargs):
+            try:
+                result = rule(self, *args, **kwargs)
+            except NotLowered as why:
+                logs.log("schedule", f"extern {node.target} ({why})")
+                result = None
+        if result is None:
+            result = self.extern(node.target, args, kwargs)
+        else:
+            _record_origins(result, args, kwargs, self.origin())
+        if isinstance(result, LazyTensor):
+            result = self.maybe_realize_shared(node, result)
+        return result
+
+    def maybe_realize_shared(self, node, t: LazyTensor) -> LazyTensor:
+        if t.view is not None or len(node.users) <= 1:
+            return t
+        probe = t.load([index_symbol("i", k) for k in range(t.ndim)])
+        if op_count(probe) > RECOMPUTE_OP_LIMIT:
+            return self.realize(t)
+        return t
+
+    def lower_outputs(self, node):
+        results = []
+        self.single_output = not isinstance(node.args[0], (list, tuple))
+        for item in [node.args[0]] if self.single_output else node.args[0]:
+            if not isinstance(item, torch.fx.Node):
+                results.append(GraphOutput(item))
+                continue
+            self.node = item
+            value = self.env[item]
+            if value is None or not isinstance(value, LazyTensor):
+                results.append(GraphOutput(value))
+                continue
+            val = meta_value(item)
+            layout = _layout_of(val) if isinstance(val, torch.Tensor) and _is_dense(val) else None
+            if value.view is None:
+                value = self.realize(value, layout)
+            name, view_layout = value.view
+            results.append(GraphOutput(TensorArg(name, view_layout)))
+        self.node = None
+        return results
+
+
+def _merge_origins(*groups) -> tuple:
+    out = []
+    for group in groups:
+        out.extend(o for o in group if o not in out)
+    return tuple(out)
+
+
+def _record_origins(result, args, kwargs, op: tuple) -> None:
+    """Lazy results remember the ops folded into them (their inputs' and this one)."""
+    inherited = []
+
+    def collect(a):
+        if isinstance(a, LazyTensor) and a.view is None:
+            inherited.append(a.origins)
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                collect(x)
+    collect(list(args) + list(kwargs.values()))
+    merged = _merge_origins(*inherited, op)
+    for r in (result if isinstance(result, tuple) else (result,)):
+        if isinstance(r, LazyTensor) and r.view is None:
+            r.origins = merged
+
+
+def _layout_of(val: torch.Tensor) -> Layout:
+    return Layout(sym_shape(val.shape), sym_shape(val.stride()), sym(val.storage_offset()))
+
+
+def _is_dense(val: torch.Tensor) -> bool:
+    """Non-overlapping and dense: some permutation of a contiguous layout."""
+    if val.storage_offset() != 0:
+        return False
+    pairs = sorted((st, sz) for st, sz in zip(val.stride(), val.shape) if sz != 1)
+    expected = 1
+    for st, sz in pairs:
+        if st != expected:
+            return False
+        expected *= sz
+    return True
+
+
+def _all_tensors_on(device, args, kwargs) -> bool:
+    """Kernels read memory of the graph's device; other tensors (CPU scalars) go extern."""
+    ok = True
+
+    def check(a):
+        nonlocal ok
+        if isinstance(a, LazyTensor) and a.device != device:
+            ok = False
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                check(x)
+    check(list(args))
+    check(list(kwargs.values()))
+    return ok
+
+
+def lower_graph(gm: torch.fx.GraphModule, example_inputs, device: torch.device | None = None):
+    """The ``LoopGraph`` of ``gm``, plus the constant tensors it reads as extra inputs."""
+    if device is None:
+        device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
+    lowering = Lowering(gm, example_inputs, device)
+    graph = lowering.run()
+    return graph, lowering.constants

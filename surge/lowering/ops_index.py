@@ -1,0 +1,179 @@
+"""Lowerings of gathers (embedding, index, gather, index_select) and of made-up
+tensors (full, arange/iota, scalar_tensor).
+
+A gather is a load whose index contains a symbol bound to another value (the
+index tensor's element, wrapped for negative indices): ``Load(buf, ind0 * 64 + i1,
+indirect=[(ind0, value)])``. The gathered-from tensor is realized (a buffer or a
+strided view of one); the index values stay lazy and fuse.
+"""
+from __future__ import annotations
+
+import itertools
+
+import sympy
+import torch
+
+from .ops_pointwise import broadcast_loader
+from .registry import NotLowered, register_lowering
+from .sizes import index_symbol
+from .tensor import LazyTensor, sym_shape
+from .values import Constant, IndexValue, Load, Op, cast
+
+aten = torch.ops.aten
+_indirect_ids = itertools.count()
+
+
+def _wrapped(v, size):
+    """``v`` or ``v + size`` for negative indices, as int64."""
+    v = cast(v, torch.int64)
+    size_c = Constant(int(size), torch.int64)
+    return Op("where", [Op("lt", [v, Constant(0, torch.int64)], torch.bool),
+                        Op("add", [v, size_c], torch.int64), v], torch.int64)
+
+
+def gather_load(ctx, base: LazyTensor, per_dim) -> object:
+    """Load ``base`` at ``per_dim``: each entry a sympy index or a Value (an indirect index)."""
+    if base.view is None:
+        base = ctx.realize(base)
+    name, layout = base.view
+    index, bindings = [], []
+    for d, entry in enumerate(per_dim):
+        if isinstance(entry, sympy.Basic):
+            index.append(entry)
+            continue
+        symbol = index_symbol("ind", next(_indirect_ids))
+        bindings.append((symbol, _wrapped(entry, base.shape[d])))
+        index.append(symbol)
+    return Load(name, layout.index(index), base.dtype, bindings)
+
+
+def _index_tensor(t):
+    if not isinstance(t, LazyTensor) or t.dtype not in (torch.int64, torch.int32):
+        raise NotLowered("index tensors must be int64/int32 tensors (bool masks go to ATen)")
+    return t
+
+
+@register_lowering(aten.embedding)
+def embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    _index_tensor(indices)
+    weight = ctx.realize(weight)
+    shape = sym_shape(ctx.out_meta.shape)
+
+    def load(idx):
+        return gather_load(ctx, weight, [indices.load(idx[:-1]), idx[-1]])
+    return LazyTensor(shape, weight.dtype, ctx.device, loader=load)
+
+
+@register_lowering(aten.index.Tensor)
+def index(ctx, x, indices):
+    indexed = [(d, _index_tensor(t)) for d, t in enumerate(indices) if t is not None]
+    if not indexed:
+        raise NotLowered("index with no index tensors")
+    x = ctx.realize(x)
+    shape = sym_shape(ctx.out_meta.shape)
+    dims = [d for d, _ in indexed]
+    adjacent = dims == list(range(dims[0], dims[-1] + 1))
+    bshape = torch.broadcast_shapes(*[tuple(int(s) for s in t.shape) for _, t in indexed])
+    nb = len(bshape)
+    rest = [d for d in range(x.ndim) if d not in dims]
+    first = dims[0] if adjacent else 0
+    loaders = {d: broadcast_loader(t, sym_shape(bshape)) for d, t in indexed}
+
+    def load(idx):
+        bidx = idx[first:first + nb]
+        others = idx[:first] + idx[first + nb:]
+        per_dim = [None] * x.ndim
+        for d in dims:
+            per_dim[d] = loaders[d](bidx)
+        for d, i in zip(rest, others):
+            per_dim[d] = i
+        return gather_load(ctx, x, per_dim)
+    return LazyTensor(shape, x.dtype, ctx.device, loader=load)
+
+
+@register_lowering(aten.gather)
+def gather(ctx, x, dim, index_t, sparse_grad=False):
+    _index_tensor(index_t)
+    dim = dim % max(x.ndim, 1)
+    x = ctx.realize(x)
+
+    def load(idx):
+        per_dim = list(idx)
+        per_dim[dim] = index_t.load(idx)
+        return gather_load(ctx, x, per_dim)
+    return LazyTensor(index_t.shape, x.dtype, ctx.device, loader=load)
+
+
+@register_lowering(aten.index_select)
+def index_select(ctx, x, dim, index_t):
+    _index_tensor(index_t)
+    dim = dim % max(x.ndim, 1)
+    x = ctx.realize(x)
+    shape = sym_shape(ctx.out_meta.shape)
+
+    def load(idx):
+        per_dim = list(idx)
+        per_dim[dim] = index_t.load([idx[dim]] if index_t.ndim else [])
+        return gather_load(ctx, x, per_dim)
+    return LazyTensor(shape, x.dtype, ctx.device, loader=load)
+
+
+def _constant_tensor(ctx, value):
+    dtype = ctx.out_dtype()
+    shape = sym_shape(ctx.out_meta.shape)
+    if ctx.out_device() != ctx.device:
+        raise NotLowered("constant on another device")
+    const = Constant(value, dtype)
+    return LazyTensor(shape, dtype, ctx.device, loader=lambda idx: const)
+
+
+@register_lowering(aten.full.default, aten.full_like, aten.scalar_tensor, aten.zeros.default,
+                   aten.ones.default, aten.zeros_like, aten.ones_like, aten.new_full, aten.new_zeros,
+                   aten.new_ones)
+def full(ctx, *args, **kwargs):
+    packet = ctx.node.target.overloadpacket
+    if packet in (aten.zeros, aten.zeros_like, aten.new_zeros):
+        value = 0
+    elif packet in (aten.ones, aten.ones_like, aten.new_ones):
+        value = 1
+    elif packet is aten.scalar_tensor:
+        value = args[0]
+    else:
+        value = args[-1] if packet is not aten.new_full else args[2]
+    if isinstance(value, LazyTensor):
+        raise NotLowered("fill value is a tensor")
+    return _constant_tensor(ctx, value)
+
+
+@register_lowering(aten.arange.start_step, aten.arange.default, aten.arange.start)
+def arange(ctx, *args, **kwargs):
+    target = ctx.node.target
+    if target is aten.arange.default:
+        start, step = 0, 1
+    elif target is aten.arange.start:
+        start, step = args[0], 1
+    else:
+        start = args[0]
+        step = args[2] if len(args) > 2 else kwargs.get("step", 1)
+    return _iota(ctx, start, step)
+
+
+@register_lowering(torch.ops.prims.iota.default)
+def iota(ctx, length, *, start, step, dtype, device, requires_grad=False):
+    return _iota(ctx, start, step)
+
+
+def _iota(ctx, start, step):
+    dtype = ctx.out_dtype()
+    shape = sym_shape(ctx.out_meta.shape)
+    if ctx.out_device() != ctx.device:
+        raise NotLowered("arange on another device")
+
+    def load(idx):
+        if not dtype.is_floating_point:
+            return cast(IndexValue(idx[0] * int(step) + int(start)), dtype)
+        pos = cast(IndexValue(idx[0]), torch.float64 if dtype == torch.float64 else torch.float32)
+        d = pos.dtype
+        v = Op("add", [Op("mul", [pos, Constant(step, d)], d), Constant(start, d)], d)
+        return cast(v, dtype)
+    return LazyTensor(shape, dtype, ctx.device, loader=load)

@@ -1,0 +1,291 @@
+"""Lowerings of views and data movement: index remapping, never a copy.
+
+A view of a strided buffer stays a strided view (a new layout of the same
+buffer), so extern calls can take it as it is; a view of a lazy value remaps
+indices in its loader. cat and pad select among inputs with masked loads.
+"""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from .ir import Layout
+from .registry import NotLowered, register_lowering
+from .sizes import Mod, contiguous_strides, decompose, product, sym
+from .tensor import LazyTensor, sym_shape
+from .values import Constant, IndexValue, Masked, Op, cast
+
+aten = torch.ops.aten
+
+
+def _layout(t: LazyTensor) -> Layout | None:
+    return t.view[1] if t.view is not None else None
+
+
+def _norm_dim(d, ndim):
+    return d % max(ndim, 1)
+
+
+@register_lowering(aten.permute)
+def permute(ctx, x, dims):
+    dims = [_norm_dim(d, x.ndim) for d in dims]
+    shape = tuple(x.shape[d] for d in dims)
+    lay = _layout(x)
+    new = Layout(shape, tuple(lay.stride[d] for d in dims), lay.offset) if lay else None
+
+    def remap(idx):
+        out = [None] * x.ndim
+        for k, d in enumerate(dims):
+            out[d] = idx[k]
+        return out
+    return x.with_view(shape, new, remap)
+
+
+@register_lowering(aten.t, aten.numpy_T)
+def t_(ctx, x):
+    return permute(ctx, x, list(reversed(range(x.ndim))))
+
+
+@register_lowering(aten.transpose.int)
+def transpose(ctx, x, a, b):
+    dims = list(range(x.ndim))
+    a, b = _norm_dim(a, x.ndim), _norm_dim(b, x.ndim)
+    dims[a], dims[b] = dims[b], dims[a]
+    return permute(ctx, x, dims)
+
+
+@register_lowering(aten.expand)
+def expand(ctx, x, size, implicit=False):
+    lead = len(size) - x.ndim
+    shape = tuple(x.shape[k - lead] if (s == -1) else sym(s) for k, s in enumerate(size))
+    lay = _layout(x)
+    new = None
+    if lay:
+        stride = [sympy.Integer(0)] * lead + [
+            sympy.Integer(0) if x.shape[k] == 1 and shape[lead + k] != 1 else lay.stride[k]
+            for k in range(x.ndim)]
+        new = Layout(shape, tuple(stride), lay.offset)
+
+    def remap(idx):
+        return [sympy.Integer(0) if x.shape[k] == 1 else idx[lead + k] for k in range(x.ndim)]
+    return x.with_view(shape, new, remap)
+
+
+@register_lowering(aten.unsqueeze)
+def unsqueeze(ctx, x, dim):
+    dim = dim % (x.ndim + 1)
+    shape = x.shape[:dim] + (sympy.Integer(1),) + x.shape[dim:]
+    lay = _layout(x)
+    new = Layout(shape, lay.stride[:dim] + (sympy.Integer(1),) + lay.stride[dim:], lay.offset) if lay else None
+    return x.with_view(shape, new, lambda idx: idx[:dim] + idx[dim + 1:])
+
+
+@register_lowering(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def squeeze(ctx, x, dims=None):
+    if dims is None:
+        dims = range(x.ndim)
+    elif isinstance(dims, int):
+        dims = [dims]
+    drop = {_norm_dim(d, x.ndim) for d in dims if x.shape[_norm_dim(d, x.ndim)] == 1}
+    keep = [d for d in range(x.ndim) if d not in drop]
+    shape = tuple(x.shape[d] for d in keep)
+    lay = _layout(x)
+    new = Layout(shape, tuple(lay.stride[d] for d in keep), lay.offset) if lay else None
+
+    def remap(idx):
+        out = [sympy.Integer(0)] * x.ndim
+        for k, d in enumerate(keep):
+            out[d] = idx[k]
+        return out
+    return x.with_view(shape, new, remap)
+
+
+@register_lowering(aten.view, aten.reshape, aten._unsafe_view, aten.view_copy)
+def view(ctx, x, size):
+    size = list(size)
+    numel = product(x.shape)
+    if -1 in size:
+        known = product(sym(s) for s in size if s != -1)
+        size[size.index(-1)] = sympy.simplify(numel / known)
+    shape = tuple(sym(s) for s in size)
+    lay = _layout(x)
+    new = None
+    if lay is not None and _is_contiguous(lay):
+        new = Layout(shape, contiguous_strides(shape), lay.offset)
+
+    def remap(idx):
+        linear = sum((i * s for i, s in zip(idx, contiguous_strides(shape))), sympy.Integer(0))
+        return decompose(linear, x.shape)
+    if new is None and lay is not None and tuple(s for s in shape if s != 1) == tuple(s for s in x.shape if s != 1):
+        # only size-1 dims change: keep strided
+        return _reshape_ones(x, shape)
+    return x.with_view(shape, new, remap)
+
+
+def _reshape_ones(x, shape):
+    lay = _layout(x)
+    strides = iter([st for s, st in zip(x.shape, lay.stride) if s != 1])
+    new_stride = tuple(next(strides) if s != 1 else sympy.Integer(1) for s in shape)
+    inner = [d for d, s in enumerate(x.shape) if s != 1]
+
+    def remap(idx):
+        vals = [i for i, s in zip(idx, shape) if s != 1]
+        out = [sympy.Integer(0)] * x.ndim
+        for d, v in zip(inner, vals):
+            out[d] = v
+        return out
+    return x.with_view(shape, Layout(shape, new_stride, lay.offset), remap)
+
+
+def _is_contiguous(lay: Layout) -> bool:
+    want = contiguous_strides(lay.shape)
+    return all(s == 1 or a == b for s, a, b in zip(lay.shape, lay.stride, want))
+
+
+@register_lowering(aten.slice.Tensor)
+def slice_(ctx, x, dim=0, start=None, end=None, step=1):
+    dim = _norm_dim(dim, x.ndim)
+    size = int(x.shape[dim])
+    start, end, _ = slice(start, end, step).indices(size)
+    length = max(0, -(-(end - start) // step))
+    shape = x.shape[:dim] + (sympy.Integer(length),) + x.shape[dim + 1:]
+    lay = _layout(x)
+    new = None
+    if lay:
+        stride = list(lay.stride)
+        stride[dim] = stride[dim] * step
+        new = Layout(shape, tuple(stride), lay.offset + lay.stride[dim] * start)
+
+    def remap(idx):
+        out = list(idx)
+        out[dim] = idx[dim] * step + start
+        return out
+    return x.with_view(shape, new, remap)
+
+
+@register_lowering(aten.select.int)
+def select(ctx, x, dim, index):
+    dim = _norm_dim(dim, x.ndim)
+    index = index % int(x.shape[dim])
+    shape = x.shape[:dim] + x.shape[dim + 1:]
+    lay = _layout(x)
+    new = Layout(shape, lay.stride[:dim] + lay.stride[dim + 1:], lay.offset + lay.stride[dim] * index) if lay else None
+    return x.with_view(shape, new, lambda idx: idx[:dim] + [sympy.Integer(index)] + idx[dim:])
+
+
+@register_lowering(aten.as_strided)
+def as_strided(ctx, x, size, stride, storage_offset=None):
+    lay = _layout(x)
+    if lay is None or lay.offset != 0 or not _is_contiguous(lay):
+        raise NotLowered("as_strided of a computed value")
+    shape = sym_shape(size)
+    new = Layout(shape, sym_shape(stride), sym(storage_offset or 0))
+    return x.with_view(shape, new, None)
+
+
+@register_lowering(aten.flip)
+def flip(ctx, x, dims):
+    dims = {_norm_dim(d, x.ndim) for d in dims}
+
+    def remap(idx):
+        return [x.shape[d] - 1 - i if d in dims else i for d, i in enumerate(idx)]
+    return x.with_view(x.shape, None, remap)
+
+
+@register_lowering(aten.repeat)
+def repeat(ctx, x, repeats):
+    lead = len(repeats) - x.ndim
+    shape = tuple(sym(r) * (x.shape[k - lead] if k >= lead else 1) for k, r in enumerate(repeats))
+
+    def remap(idx):
+        return [Mod(idx[lead + k], x.shape[k]) for k in range(x.ndim)]
+    return x.with_view(shape, None, remap)
+
+
+def _index_less(expr, bound):
+    return Op("lt", [IndexValue(expr), Constant(int(bound), torch.int64)], torch.bool)
+
+
+def _index_at_least(expr, bound):
+    return Op("ge", [IndexValue(expr), Constant(int(bound), torch.int64)], torch.bool)
+
+
+@register_lowering(aten.cat)
+def cat(ctx, tensors, dim=0):
+    tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]
+    if any(not isinstance(t, LazyTensor) for t in tensors):
+        raise NotLowered("cat of non-tensors")
+    dim = _norm_dim(dim, tensors[0].ndim)
+    dtype = ctx.out_dtype()
+    shape = sym_shape(ctx.out_meta.shape)
+    pieces, start = [], 0
+    for t in tensors:
+        n = int(t.shape[dim])
+        if n:
+            pieces.append((start, n, t))
+        start += n
+
+    def load(idx):
+        pos = idx[dim]
+        result = None
+        for begin, n, t in reversed(pieces):
+            inner = list(idx)
+            inner[dim] = pos - begin
+            value = cast(t.load(inner), dtype)
+            if result is None:
+                if len(pieces) > 1:
+                    value = Masked(_index_at_least(pos, begin), value, 0)
+                result = value
+                continue
+            cond = _index_less(pos, begin + n)
+            if begin:
+                cond = Op("logical_and", [_index_at_least(pos, begin), cond], torch.bool)
+            result = Op("where", [cond, Masked(cond, value, 0), result], dtype)
+        return result
+    return LazyTensor(shape, dtype, ctx.device, loader=load)
+
+
+@register_lowering(aten.constant_pad_nd)
+def constant_pad_nd(ctx, x, pad, value=0):
+    dtype = ctx.out_dtype()
+    shape = sym_shape(ctx.out_meta.shape)
+    befores = {}
+    for k in range(len(pad) // 2):
+        befores[x.ndim - 1 - k] = (pad[2 * k], pad[2 * k + 1])
+
+    def load(idx):
+        inner, conds = list(idx), []
+        for d, (before, after) in befores.items():
+            inner[d] = idx[d] - before
+            if before > 0:
+                conds.append(_index_at_least(idx[d], before))
+            if after > 0:
+                conds.append(_index_less(idx[d], before + int(x.shape[d])))
+        v = cast(x.load(inner), dtype)
+        if not conds:
+            return v
+        cond = conds[0]
+        for c in conds[1:]:
+            cond = Op("logical_and", [cond, c], torch.bool)
+        return Masked(cond, v, value)
+    return LazyTensor(shape, dtype, ctx.device, loader=load)
+
+
+@register_lowering(aten.split_with_sizes, aten.split.Tensor)
+def split(ctx, x, sizes, dim=0):
+    dim = _norm_dim(dim, x.ndim)
+    total = int(x.shape[dim])
+    if isinstance(sizes, int):
+        sizes = [min(sizes, total - s) for s in range(0, total, sizes)]
+    outs, start = [], 0
+    for n in sizes:
+        outs.append(slice_(ctx, x, dim, start, start + n, 1))
+        start += n
+    return tuple(outs)
+
+
+@register_lowering(aten.unbind)
+def unbind(ctx, x, dim=0):
+    return tuple(select(ctx, x, dim, k) for k in range(int(x.shape[_norm_dim(dim, x.ndim)])))
+
+

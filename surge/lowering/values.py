@@ -1,0 +1,224 @@
+"""Values: the expression DAG that computes one element of a loop-IR buffer.
+
+A value is built from loads of buffers at index expressions (sympy), constants,
+index values (iota), operations from a closed vocabulary (``OPS``), and
+masked sub-expressions (only evaluated, and only loading, where a condition
+holds: cat, pad, out-of-range taps). Values are hash-consed: building the same
+expression twice returns the same object, so common sub-expressions are shared
+by construction and code generators can memoize by identity.
+
+Values carry their logical dtype (what eager PyTorch would produce); code
+generators decide how to compute them (fp16/bf16 in fp32, for instance).
+"""
+from __future__ import annotations
+
+import weakref
+
+import sympy
+import torch
+
+# The operation vocabulary, by arity. Code generators register one rule per name.
+UNARY_OPS = frozenset("""
+    neg abs exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan
+    sinh cosh tanh asinh acosh atanh erf floor ceil round trunc sign sigmoid
+    reciprocal logical_not bitwise_not isnan isinf relu signbit
+""".split())
+BINARY_OPS = frozenset("""
+    add sub mul truediv maximum minimum pow atan2 fmod hypot copysign floordiv remainder
+    eq ne lt le gt ge logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor
+    left_shift right_shift
+""".split())
+TERNARY_OPS = frozenset({"where"})
+OPS = UNARY_OPS | BINARY_OPS | TERNARY_OPS | {"cast"}
+
+_INTERNED: "weakref.WeakValueDictionary[tuple, Value]" = weakref.WeakValueDictionary()
+
+
+class Value:
+    """Base of every DAG node; ``children`` are the values it reads."""
+
+    __slots__ = ("dtype", "children", "__weakref__")
+    kind = "value"
+
+    def __new__(cls, key, dtype, children):
+        full_key = (cls.kind, dtype, tuple(id(c) for c in children)) + key
+        found = _INTERNED.get(full_key)
+        if found is not None:
+            return found
+        obj = object.__new__(cls)
+        obj.dtype = dtype
+        obj.children = tuple(children)
+        _INTERNED[full_key] = obj
+        return obj
+
+    def __repr__(self) -> str:
+        return format_value(self)
+
+
+class Load(Value):
+    """``buffer[index]``; ``indirect`` binds symbols of ``index`` to values (gathers)."""
+
+    __slots__ = ("buffer", "index", "indirect")
+    kind = "load"
+
+    def __new__(cls, buffer: str, index: sympy.Expr, dtype: torch.dtype, indirect=()):
+        syms = tuple(s for s, _ in indirect)
+        obj = super().__new__(cls, (buffer, index, syms), dtype, [v for _, v in indirect])
+        if not hasattr(obj, "buffer"):
+            obj.buffer, obj.index, obj.indirect = buffer, index, tuple(indirect)
+        return obj
+
+
+class Constant(Value):
+    __slots__ = ("value",)
+    kind = "constant"
+
+    def __new__(cls, value, dtype: torch.dtype):
+        if dtype.is_floating_point:
+            value = float(value)
+        elif dtype == torch.bool:
+            value = bool(value)
+        else:
+            value = int(value)
+        # repr keeps nan/inf and -0.0 distinct in the intern key
+        obj = super().__new__(cls, (repr(value),), dtype, [])
+        if not hasattr(obj, "value"):
+            obj.value = value
+        return obj
+
+
+class IndexValue(Value):
+    """An index expression used as a value (iota, positions for argmax, masks)."""
+
+    __slots__ = ("expr",)
+    kind = "index"
+
+    def __new__(cls, expr: sympy.Expr, dtype: torch.dtype = torch.int64):
+        obj = super().__new__(cls, (expr,), dtype, [])
+        if not hasattr(obj, "expr"):
+            obj.expr = expr
+        return obj
+
+
+class Op(Value):
+    """``op(*args)`` from ``OPS``; ``cast`` converts its argument to ``dtype``."""
+
+    __slots__ = ("op",)
+    kind = "op"
+
+    def __new__(cls, op: str, args, dtype: torch.dtype):
+        assert op in OPS, f"unknown loop-IR op {op!r}"
+        obj = super().__new__(cls, (op,), dtype, list(args))
+        if not hasattr(obj, "op"):
+            obj.op = op
+        return obj
+
+
+class Masked(Value):
+    """``body`` where ``mask`` holds, ``other`` elsewhere; ``body`` only loads under ``mask``."""
+
+    __slots__ = ("other",)
+    kind = "masked"
+
+    def __new__(cls, mask: Value, body: Value, other):
+        obj = super().__new__(cls, (repr(other),), body.dtype, [mask, body])
+        if not hasattr(obj, "other"):
+            obj.other = other
+        return obj
+
+    @property
+    def mask(self) -> Value:
+        return self.children[0]
+
+    @property
+    def body(self) -> Value:
+        return self.children[1]
+
+
+def cast(value: Value, dtype: torch.dtype) -> Value:
+    if value.dtype == dtype:
+        return value
+    if isinstance(value, Constant):
+        return Constant(value.value, dtype)
+    return Op("cast", [value], dtype)
+
+
+def walk(root: Value):
+    """Every value reachable from ``root``, each once, children before parents."""
+    seen, order, stack = set(), [], [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for child in reversed(node.children):
+            if id(child) not in seen:
+                stack.append((child, False))
+    return order
+
+
+def loads_of(root: Value) -> list:
+    return [v for v in walk(root) if isinstance(v, Load)]
+
+
+def op_count(root: Value) -> int:
+    return sum(1 for v in walk(root) if isinstance(v, Op))
+
+
+def substitute_index(root: Value, mapping: dict) -> Value:
+    """The same value with ``mapping`` (symbol -> expr) applied to every index."""
+    memo: dict[int, Value] = {}
+    for v in walk(root):
+        kids = [memo[id(c)] for c in v.children]
+        if isinstance(v, Load):
+            index = v.index.xreplace(mapping)
+            memo[id(v)] = Load(v.buffer, index, v.dtype, [(s, k) for (s, _), k in zip(v.indirect, kids)])
+        elif isinstance(v, IndexValue):
+            memo[id(v)] = IndexValue(v.expr.xreplace(mapping), v.dtype)
+        elif isinstance(v, Op):
+            memo[id(v)] = Op(v.op, kids, v.dtype)
+        elif isinstance(v, Masked):
+            memo[id(v)] = Masked(kids[0], kids[1], v.other)
+        else:
+            memo[id(v)] = v
+    return memo[id(root)]
+
+
+def short_dtype(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def format_value(root: Value) -> str:
+    """Readable multi-line text: one ``tN = ...`` line per shared or compound value."""
+    names: dict[int, str] = {}
+    lines: list[str] = []
+
+    def ref(v: Value) -> str:
+        return names[id(v)]
+
+    for v in walk(root):
+        if isinstance(v, Constant):
+            names[id(v)] = repr(v.value)
+            continue
+        if isinstance(v, Load):
+            ind = "".join(f", {s}={ref(c)}" for (s, _), c in zip(v.indirect, v.children))
+            text = f"load({v.buffer}, {v.index}{ind})"
+        elif isinstance(v, IndexValue):
+            text = f"index({v.expr})"
+        elif isinstance(v, Op):
+            args = ", ".join(ref(c) for c in v.children)
+            text = f"{v.op}({args})" if v.op != "cast" else f"cast({args}, {short_dtype(v.dtype)})"
+        elif isinstance(v, Masked):
+            text = f"masked({ref(v.mask)}, {ref(v.body)}, other={v.other!r})"
+        else:
+            text = v.kind
+        name = f"t{len(lines)}"
+        names[id(v)] = name
+        lines.append(f"{name} = {text}")
+    if not lines:
+        return names[id(root)]
+    return "\n".join(lines)

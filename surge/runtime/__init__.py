@@ -1,0 +1,1 @@
+"""Runtime: on-disk caches of compiled code, kernel loading, launch and autotuning."""

@@ -1,0 +1,171 @@
+"""Fusion: group the loop graph's buffers into kernels.
+
+One pass over the buffers in dependency order. Each computed buffer joins the
+existing kernel group it shares the most data with (its producers, or the
+same inputs) when the fusion is legal, else starts a new group:
+
+- the iteration spaces agree (``groups.node_role`` gives the buffer a role);
+- every read of a buffer computed in the group is at the element the group
+  computes at that point (same kernel index), so it comes from registers;
+- everything else it reads is ready before the group runs.
+
+Vertical fusion (producer into consumer), reductions with their prologues
+and epilogues, and horizontal fusion (siblings reading the same data) all
+come from this one rule. Nothing is recomputed: each member is computed once.
+"""
+from __future__ import annotations
+
+from ..lowering.ir import ComputedBuffer, ExternBuffer, LoopGraph, TensorArg
+from ..lowering.sizes import product
+from ..lowering.values import loads_of
+from .groups import ExternStep, KernelGroup, node_role
+
+
+def read_buffers(buf) -> set:
+    """Names of the buffers ``buf`` reads."""
+    if isinstance(buf, ComputedBuffer):
+        return {ld.buffer for ld in loads_of(buf.value)}
+    names = set()
+    if buf.parent is not None:
+        names.add(buf.parent)
+
+    def visit(a):
+        if isinstance(a, TensorArg):
+            names.add(a.buffer)
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                visit(x)
+    visit(list(buf.args))
+    visit(list(buf.kwargs.values()))
+    return names
+
+
+# A reduction kernel runs one program per block of rows. Pointwise work over
+# x + r joins it only when there are enough rows to fill the GPU, or the whole
+# thing is small: else a parallel pointwise kernel would run in a few programs.
+MIN_ROWS_FOR_ROW_FUSION = 16
+SMALL_KERNEL_ELEMENTS = 65536
+
+
+def _row_fusion_ok(x, r) -> bool:
+    rows, row = int(product(x)), int(product(r))
+    return rows >= MIN_ROWS_FOR_ROW_FUSION or rows * row <= SMALL_KERNEL_ELEMENTS
+
+
+def _join_space(group: KernelGroup, node: ComputedBuffer):
+    """The group's (x, r) space once ``node`` joins, or None if they do not fit."""
+    role = node_role(node, group.x_ranges, group.r_ranges)
+    if role == "xr" and not _row_fusion_ok(group.x_ranges, group.r_ranges):
+        return None
+    if role:
+        return group.x_ranges, group.r_ranges
+    if node.is_reduction and not group.r_ranges:
+        x, r = tuple(node.ranges), tuple(node.reduction_ranges)
+        roles = [node_role(m, x, r) for m in group.nodes]
+        if all(role in ("x", "xr") for role in roles) and ("xr" not in roles or _row_fusion_ok(x, r)):
+            return x, r
+    return None
+
+
+def _reads_in_registers(group: KernelGroup, node: ComputedBuffer) -> bool:
+    """Every read of a group member is at the element the kernel holds for it."""
+    for ld in loads_of(node.value):
+        producer = group.member(ld.buffer)
+        if producer is None:
+            continue
+        if ld.indirect:
+            return False
+        prole, nrole = group.role(producer), group.role(node)
+        if prole == "xr" and nrole == "x":
+            return False
+        if group.kernel_index(node, ld.index) != group.kernel_index(producer, producer.store_index()):
+            return False
+    return True
+
+
+def _fits(group: KernelGroup, node: ComputedBuffer, producer_step: dict) -> bool:
+    space = _join_space(group, node)
+    if space is None:
+        return False
+    for name in read_buffers(node):
+        step = producer_step.get(name)
+        if step is not None and step > group.index:
+            return False
+    old = group.x_ranges, group.r_ranges
+    group.x_ranges, group.r_ranges = space
+    try:
+        ok = _reads_in_registers(group, node)
+    finally:
+        group.x_ranges, group.r_ranges = old
+    return ok
+
+
+def fuse(graph: LoopGraph) -> list:
+    """The steps (KernelGroup / ExternStep) of ``graph`` in execution order."""
+    steps: list = []
+    producer_step: dict[str, int] = {}
+    group_reads: dict[int, set] = {}
+    for buf in graph.buffers:
+        if isinstance(buf, ExternBuffer):
+            step = ExternStep(len(steps), buf)
+            steps.append(step)
+            producer_step[buf.name] = step.index
+            continue
+        reads = read_buffers(buf)
+        best, best_score = None, 0
+        for step in steps:
+            if not isinstance(step, KernelGroup):
+                continue
+            members = {n.name for n in step.nodes}
+            score = 2 * len(reads & members) + len(reads & group_reads[step.index])
+            if score > best_score and _fits(step, buf, producer_step):
+                best, best_score = step, score
+        if best is None:
+            best = KernelGroup(len(steps), tuple(buf.ranges),
+                               tuple(buf.reduction_ranges) if buf.is_reduction else (), [])
+            steps.append(best)
+            group_reads[best.index] = set()
+        else:
+            best.x_ranges, best.r_ranges = _join_space(best, buf)
+        best.nodes.append(buf)
+        group_reads[best.index] |= reads
+        producer_step[buf.name] = best.index
+    return steps
+
+
+def consumers(graph: LoopGraph, steps: list) -> dict:
+    """buffer name -> set of step indices that read it (-1: a graph output or copy-back)."""
+    users: dict[str, set] = {}
+    for step in steps:
+        bufs = step.nodes if isinstance(step, KernelGroup) else [step.buffer]
+        for b in bufs:
+            for name in read_buffers(b):
+                users.setdefault(name, set()).add(step.index)
+    for out in graph.outputs:
+        if isinstance(out.arg, TensorArg):
+            users.setdefault(out.arg.buffer, set()).add(-1)
+    for dst, src in graph.copy_backs:
+        users.setdefault(src, set()).add(-1)
+    return users
+
+
+def mark_stores(graph: LoopGraph, steps: list) -> None:
+    """Decide which group results go to memory; the rest stay in registers."""
+    users = consumers(graph, steps)
+    for step in steps:
+        if not isinstance(step, KernelGroup):
+            continue
+        for node in step.nodes:
+            readers = users.get(node.name, set())
+            if readers and readers <= {step.index}:
+                step.internal.append(node.name)
+            elif readers:
+                step.stores.append(node.name)
+        step.nodes = [n for n in step.nodes if n.name in step.stores or n.name in step.internal]
+
+
+def name_groups(steps: list) -> None:
+    """Kernel names from the ops they fuse: ``fused_add_gelu_0``."""
+    for k, step in enumerate(s for s in steps if isinstance(s, KernelGroup)):
+        ops = step.origins()[:4] or ["kernel"]
+        step.name = "fused_" + "_".join(o.lstrip("_") for o in ops) + f"_{k}"

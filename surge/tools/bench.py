@@ -1,0 +1,306 @@
+"""``python -m surge bench``: eager, torch.compile and surge side by side, in one process.
+
+For every workload and contender: median time, speedup over eager, first-call
+time in this process, first-call compile time in fresh processes on a cold and
+a warm on-disk cache, per-call overhead on a tiny input, peak memory, achieved
+bandwidth (memory-bound workloads), and for surge the graphs, graph breaks and
+kernels it made plus its compile-time breakdown by phase. Every compiled result
+is checked against eager on fresh inputs (not the ones it was compiled with).
+"""
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+
+import torch
+
+from . import timing, workloads
+from .contenders import CONTENDERS, NotAvailable, make_contender
+
+# Contenders whose first call is timed again in fresh processes (eager compiles nothing).
+COMPILING_CONTENDERS = ("torch.compile", "surge")
+PROBE_TIMEOUT_S = 900
+
+
+@dataclasses.dataclass
+class BenchConfig:
+    device: str
+    scale: str = "full"                  # "full" or "quick"
+    only: list[str] | None = None
+    surge_backend: str | None = None
+    fresh_process_compile: bool = True   # cold/warm first-call timing in subprocesses
+    overhead: bool = True                # per-call overhead on a tiny input
+    contenders: tuple[str, ...] = CONTENDERS
+    budget_s: float = 1.0                # timing budget per (workload, contender)
+
+
+@dataclasses.dataclass
+class ContenderResult:
+    status: str = "ok"                   # ok | wrong | error | not available
+    message: str | None = None
+    median_s: float | None = None
+    first_call_s: float | None = None    # in this process (compile + one run)
+    cold_compile_s: float | None = None  # fresh process, empty caches
+    warm_compile_s: float | None = None  # fresh process, caches left by the cold run
+    overhead_s: float | None = None      # median minus eager's median, tiny input
+    peak_memory_bytes: int | None = None
+    max_abs_error: float | None = None
+    bandwidth_Bps: float | None = None
+    graphs: int | None = None
+    graph_breaks: int | None = None
+    kernels: int | None = None
+    compile_phases_s: dict | None = None
+
+
+@dataclasses.dataclass
+class WorkloadResult:
+    name: str
+    description: str
+    sizes: dict
+    dtype: str
+    training: bool
+    bytes_moved: int | None
+    results: dict[str, ContenderResult]
+
+    def speedup(self, contender: str) -> float | None:
+        eager, other = self.results.get("eager"), self.results.get(contender)
+        if not eager or not other or eager.median_s is None or other.median_s is None:
+            return None
+        if other.status != "ok":
+            return None
+        return eager.median_s / other.median_s
+
+    def surge_over_torch_compile(self) -> float | None:
+        """surge's speedup divided by torch.compile's (above 1: surge is faster)."""
+        s, t = self.speedup("surge"), self.speedup("torch.compile")
+        return s / t if s and t else None
+
+
+def short_error(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}".strip().splitlines()
+    return text[0][:200] if text else type(e).__name__
+
+
+# ---------------------------------------------------------------- checking
+
+def flatten_tensors(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in flatten_tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in flatten_tensors(v)]
+    if value is None:
+        return []
+    raise TypeError(f"cannot compare a result of type {type(value).__name__}")
+
+
+def compare(actual, expected, rtol: float, atol: float) -> tuple[bool, float]:
+    """(every tensor within tolerance, largest absolute difference)."""
+    a_list, e_list = flatten_tensors(actual), flatten_tensors(expected)
+    if len(a_list) != len(e_list):
+        return False, float("inf")
+    ok, worst = True, 0.0
+    for a, e in zip(a_list, e_list):
+        if a.shape != e.shape or a.dtype != e.dtype:
+            return False, float("inf")
+        a, e = a.detach().double(), e.detach().double()
+        diff = (a - e).abs()
+        worst = max(worst, float(diff.max()) if diff.numel() else 0.0)
+        ok = ok and bool(torch.all(diff <= atol + rtol * e.abs()))
+    return ok, worst
+
+
+# ---------------------------------------------------------------- one workload
+
+class _SurgeStructure:
+    """Graphs, breaks and kernels surge made, and its compile phases, around a first call."""
+
+    def __init__(self):
+        from surge import counters
+        from .phases import phase_timer
+
+        self.counters = counters
+        self.phase_timer = phase_timer
+        self.counts_before = dict(counters)
+        self.records_before = len(phase_timer.records)
+
+    def finish(self, result: ContenderResult, instance, target, inputs) -> None:
+        records = self.phase_timer.records[self.records_before:]
+        result.compile_phases_s = self.phase_timer.summary(records)
+        after = self.counters
+        delta = {k: after[k] - self.counts_before.get(k, 0) for k in after}
+        result.graphs = delta.get("graphs")
+        result.graph_breaks = delta.get("graph_breaks")
+        # Code-generating backends count what they make in surge.counters["kernels"];
+        # a backend that does not leaves the count unknown rather than zero.
+        if "kernels" in after:
+            result.kernels = delta["kernels"]
+        explained = explain_counts(instance, target, inputs)
+        if explained is not None:
+            result.graphs, result.graph_breaks = explained
+
+
+def explain_counts(instance, target, inputs):
+    """(graph count, graph-break count) from surge.explain, or None when it is missing."""
+    import surge
+
+    explain = getattr(surge, "explain", None)
+    if explain is None:
+        return None
+    with torch.set_grad_enabled(instance.training):
+        report = explain(target)(*inputs)
+    return report.graph_count, report.graph_break_count
+
+
+def run_contender(cfg: BenchConfig, instance, name: str, expected, inputs, check_inputs) -> ContenderResult:
+    result = ContenderResult()
+    try:
+        contender = make_contender(name, cfg.surge_backend)
+    except NotAvailable as e:
+        return ContenderResult(status="not available", message=str(e))
+    try:
+        target = instance.fresh_target()
+        # The tiny-size run only measures overhead: no need to explain it again.
+        structure = _SurgeStructure() if name == "surge" and cfg.scale != "tiny" else None
+        compiled = contender.compile(target)
+        step = lambda: instance.run(compiled, target, inputs)  # noqa: E731
+        result.first_call_s, _ = timing.timed_once(step, cfg.device)
+        if structure is not None:
+            structure.finish(result, instance, target, inputs)
+        if expected is not None:
+            actual = instance.run(compiled, target, check_inputs)
+            ok, result.max_abs_error = compare(actual, expected, *instance.tolerance)
+            if not ok:
+                result.status = "wrong"
+                result.message = f"differs from eager: max abs error {result.max_abs_error:.3g}"
+        result.median_s = timing.median_time(step, cfg.device, budget_s=cfg.budget_s)
+        result.peak_memory_bytes = timing.peak_memory(step, cfg.device)
+        if instance.bytes_moved and result.median_s:
+            result.bandwidth_Bps = instance.bytes_moved / result.median_s
+    except Exception as e:  # one contender failing must not stop the bench
+        if os.environ.get("SURGE_BENCH_TRACEBACK"):
+            traceback.print_exc()
+        result.status = "error"
+        result.message = short_error(e)
+    return result
+
+
+def run_workload(cfg: BenchConfig, name: str) -> WorkloadResult:
+    instance = workloads.build(name, cfg.device, cfg.scale)
+    inputs, check_inputs = instance.make_inputs(0), instance.make_inputs(1)
+    eager_target = instance.fresh_target()
+    expected = instance.run(eager_target, eager_target, check_inputs)
+    results: dict[str, ContenderResult] = {}
+    for contender in cfg.contenders:
+        results[contender] = run_contender(
+            cfg, instance, contender, None if contender == "eager" else expected, inputs, check_inputs
+        )
+        gc.collect()
+        if cfg.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    wr = WorkloadResult(
+        name, workloads.DESCRIPTIONS[name], instance.sizes, str(instance.dtype).replace("torch.", ""),
+        instance.training, instance.bytes_moved, results,
+    )
+    if cfg.overhead:
+        measure_overhead(cfg, name, wr)
+    if cfg.fresh_process_compile:
+        for contender in COMPILING_CONTENDERS:
+            if contender in results and results[contender].status in ("ok", "wrong"):
+                measure_fresh_process_compile(cfg, name, contender, results[contender])
+    return wr
+
+
+def measure_overhead(cfg: BenchConfig, name: str, wr: WorkloadResult) -> None:
+    """Per-call time over eager's on the workload at its tiny size (a separate compile)."""
+    tiny_cfg = dataclasses.replace(cfg, scale="tiny", budget_s=min(cfg.budget_s, 0.5))
+    instance = workloads.build(name, cfg.device, "tiny")
+    inputs = instance.make_inputs(0)
+    tiny = {c: run_contender(tiny_cfg, instance, c, None, inputs, inputs) for c in cfg.contenders}
+    eager = tiny.get("eager")
+    for contender, result in wr.results.items():
+        measured = tiny.get(contender)
+        if contender == "eager" or not eager or not measured or measured.median_s is None:
+            continue
+        result.overhead_s = measured.median_s - eager.median_s
+
+
+# ---------------------------------------------------------------- fresh processes
+
+def measure_fresh_process_compile(cfg: BenchConfig, name: str, contender: str, result: ContenderResult) -> None:
+    """First-call time in a new process: once with empty caches, then again with them filled."""
+    with tempfile.TemporaryDirectory(prefix="surge-bench-cache-") as cache_root:
+        env = dict(os.environ)
+        # The child must import this same surge, installed or not.
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        for var in ("SURGE_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+            env[var] = os.path.join(cache_root, var.lower())
+        try:
+            result.cold_compile_s = probe_in_subprocess(cfg, name, contender, env)
+            result.warm_compile_s = probe_in_subprocess(cfg, name, contender, env)
+        except RuntimeError as e:
+            result.message = (result.message + "; " if result.message else "") + str(e)
+
+
+def probe_in_subprocess(cfg: BenchConfig, name: str, contender: str, env: dict) -> float:
+    cmd = [sys.executable, "-m", "surge", "bench", "--probe", contender, "--only", name,
+           "--device", cfg.device]
+    if cfg.scale == "quick":
+        cmd.append("--quick")
+    if cfg.surge_backend is not None:
+        cmd += ["--surge-backend", cfg.surge_backend]
+    if not cfg.device.startswith("cuda"):
+        cmd += ["--threads", str(torch.get_num_threads())]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"fresh-process compile of {contender} failed: {tail[:200]}")
+    return json.loads(lines[-1])["first_call_s"]
+
+
+def probe_first_call(cfg: BenchConfig, name: str, contender: str) -> float:
+    """The body of a fresh process: one first call of ``contender`` on ``name``."""
+    instance = workloads.build(name, cfg.device, cfg.scale)
+    inputs = instance.make_inputs(0)
+    target = instance.fresh_target()
+    compiled = make_contender(contender, cfg.surge_backend).compile(target)
+    seconds, _ = timing.timed_once(lambda: instance.run(compiled, target, inputs), cfg.device)
+    return seconds
+
+
+# ---------------------------------------------------------------- the whole run
+
+def selected_workloads(only: list[str] | None) -> list[str]:
+    known = workloads.names()
+    if not only:
+        return known
+    unknown = [n for n in only if n not in known]
+    if unknown:
+        raise ValueError(f"unknown workload(s) {unknown}; known: {', '.join(known)}")
+    return list(only)
+
+
+def run_bench(cfg: BenchConfig, on_result=None) -> dict:
+    """Run every selected workload; returns the JSON-ready results."""
+    from .bench_report import environment
+
+    names = selected_workloads(cfg.only)
+    copy_bytes = (1 << 30) if cfg.device.startswith("cuda") else (64 << 20 if cfg.scale != "full" else 256 << 20)
+    env = environment(cfg)
+    env["copy_bandwidth_Bps"] = timing.copy_bandwidth(cfg.device, copy_bytes)
+    results = []
+    for name in names:
+        wr = run_workload(cfg, name)
+        results.append(wr)
+        if on_result is not None:
+            on_result(wr, env)
+    return {"environment": env, "workloads": results}

@@ -1,0 +1,159 @@
+"""Ahead-of-time autograd: the compiled backward behaves as eager's."""
+import pytest
+import torch
+import torch.fx
+
+from surge.errors import SurgeError
+
+from .helpers import call_targets, compile_aot
+
+aten = torch.ops.aten
+
+
+def test_multiple_outputs_and_nondifferentiable_outputs():
+    def f(x, y, idx):
+        a = (x * y).sin()
+        b = x.exp().sum(0)
+        return a, b, a.argmax(1), idx + 1
+
+    x = torch.randn(4, 5, requires_grad=True)
+    y = torch.randn(4, 5)                      # does not require grad
+    idx = torch.arange(3)
+    compiled = compile_aot(f, [x, y, idx])
+    a, b, am, i1 = compiled(x, y, idx)
+    ea, eb, eam, ei1 = f(x, y, idx)
+    assert a.requires_grad and b.requires_grad
+    assert not am.requires_grad and not i1.requires_grad
+    assert torch.equal(am, eam) and torch.equal(i1, ei1)
+    g = torch.randn_like(a)
+    got = torch.autograd.grad((a * g).sum() + b.sum(), x)[0]
+    want = torch.autograd.grad((ea * g).sum() + eb.sum(), x)[0]
+    torch.testing.assert_close(got, want)
+
+
+def test_gradient_accumulation_and_retain_graph():
+    lin = torch.nn.Linear(6, 3)
+    ref = torch.nn.Linear(6, 3)
+    ref.load_state_dict(lin.state_dict())
+    model = torch.nn.Sequential(lin, torch.nn.Tanh())
+    x = torch.randn(5, 6)
+    compiled = compile_aot(model, [x])
+    out = compiled(x).sum()
+    out.backward(retain_graph=True)
+    out.backward()                             # second pass through the same graph
+    eager = torch.nn.Sequential(ref, torch.nn.Tanh())(x).sum()
+    eager.backward(retain_graph=True)
+    eager.backward()
+    torch.testing.assert_close(lin.weight.grad, ref.weight.grad)
+    torch.testing.assert_close(lin.bias.grad, ref.bias.grad)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        out2 = compiled(x).sum()
+        out2.backward()
+        out2.backward()
+
+
+def test_inputs_not_requiring_grad_get_none():
+    def f(x, w):
+        return (x @ w).relu()
+
+    x = torch.randn(3, 4)
+    w = torch.randn(4, 2, requires_grad=True)
+    compiled = compile_aot(f, [x, w])
+    out = compiled(x, w)
+    out.sum().backward()
+    assert x.grad is None
+    w_ref = w.detach().clone().requires_grad_()
+    f(x, w_ref).sum().backward()
+    torch.testing.assert_close(w.grad, w_ref.grad)
+
+
+def test_double_backward_raises_clear_error():
+    def f(x):
+        return (x ** 3).sum()
+
+    x = torch.randn(4, requires_grad=True)
+    compiled = compile_aot(f, [x])
+    # a plain backward works; differentiating the gradient does not
+    torch.testing.assert_close(torch.autograd.grad(compiled(x), x)[0], 3 * x.detach() ** 2)
+    with pytest.raises(SurgeError, match="double backward"):
+        torch.autograd.grad(compiled(x), x, create_graph=True)
+
+
+def test_grad_mode_variants_are_compiled_separately():
+    def f(x):
+        return x.sigmoid() * 2
+
+    x = torch.randn(3, requires_grad=True)
+    record = {}
+    compiled = compile_aot(f, [x], record=record)
+    assert len(record["graphs"]) == 2          # forward + backward
+    with torch.no_grad():
+        out = compiled(x)
+    assert not out.requires_grad
+    assert len(record["graphs"]) == 3          # + inference graph
+    torch.testing.assert_close(out, f(x).detach())
+
+
+def test_partitioner_saves_matmul_and_recomputes_pointwise():
+    def f(x, w1, w2):
+        h = torch.nn.functional.gelu(x @ w1)
+        return (h @ w2).sum()
+
+    x = torch.randn(8, 16)
+    w1 = torch.randn(16, 32, requires_grad=True)
+    w2 = torch.randn(32, 4, requires_grad=True)
+    record = {}
+    compiled = compile_aot(f, [x, w1, w2], record=record)
+    forward, backward = record["graphs"]
+    saved = [n for n in backward.graph.nodes if n.op == "placeholder" and not n.name.startswith("tangent")]
+    # the matmul result is saved; gelu's output is not (recomputed from it)
+    assert any(n.name.startswith("mm") for n in saved), [n.name for n in saved]
+    assert aten.erf.default in call_targets(backward)
+    saved_bytes = sum(n.meta["val"].numel() * 4 for n in saved if n.name not in ("x", "w1", "w2"))
+    assert saved_bytes <= 8 * 32 * 4
+    out = compiled(x, w1, w2)
+    gw1, gw2 = torch.autograd.grad(out, [w1, w2])
+    ew1, ew2 = torch.autograd.grad(f(x, w1, w2), [w1, w2])
+    torch.testing.assert_close(gw1, ew1)
+    torch.testing.assert_close(gw2, ew2)
+
+
+def test_output_view_of_input_keeps_autograd():
+    def f(x):
+        return x.t(), x * 2
+
+    x = torch.randn(3, 2, requires_grad=True)
+    compiled = compile_aot(f, [x])
+    xt, y = compiled(x)
+    (xt.sum() * 3 + y.sum()).backward()
+    torch.testing.assert_close(x.grad, torch.full_like(x, 5.0))
+
+
+def test_modified_saved_tensor_is_detected():
+    def f(x, w):
+        return (x * w).sin().sum()
+
+    x = torch.randn(5)
+    w = torch.randn(5, requires_grad=True)
+    compiled = compile_aot(f, [x, w])
+    out = compiled(x, w)
+    x.add_(1)                                   # x is saved for w's gradient
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.backward()
+
+
+def test_saved_tensor_hooks_see_saved_tensors():
+    def f(x, w):
+        return torch.tanh(x @ w).sum()
+
+    x = torch.randn(4, 4)
+    w = torch.randn(4, 4, requires_grad=True)
+    compiled = compile_aot(f, [x, w])
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        out = compiled(x, w)
+    assert packed                               # the compiled region's saved tensors went through the hooks
+    out.backward()
+    w_ref = w.detach().clone().requires_grad_()
+    f(x, w_ref).backward()
+    torch.testing.assert_close(w.grad, w_ref.grad)

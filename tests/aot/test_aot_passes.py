@@ -1,0 +1,92 @@
+"""DCE, CSE and constant folding on ATen graphs, and the pipeline that runs them."""
+import torch
+import torch.fx
+
+from surge.passes import (DEFAULT_PIPELINE, PassContext, eliminate_common_subexpressions,
+                          eliminate_dead_code, fold_constants, run_pipeline)
+
+aten = torch.ops.aten
+
+
+def _graph(build):
+    g = torch.fx.Graph()
+    root = torch.nn.Module()
+    build(g, root)
+    return torch.fx.GraphModule(root, g)
+
+
+def _count(gm, target):
+    return sum(1 for n in gm.graph.nodes if n.op == "call_function" and n.target is target)
+
+
+def test_dce_removes_unused_pure_nodes_only():
+    def build(g, root):
+        x = g.placeholder("x")
+        g.call_function(aten.exp.default, (x,))                 # dead
+        r = g.call_function(aten.rand.default, ([3],))          # dead but random
+        g.call_function(aten.copy_.default, (x, r))             # a copy-back: kept
+        g.output((g.call_function(aten.neg.default, (x,)),))
+
+    gm = eliminate_dead_code(_graph(build), keep_random=True)
+    assert _count(gm, aten.exp.default) == 0
+    assert _count(gm, aten.rand.default) == 1 and _count(gm, aten.copy_.default) == 1
+    gm = eliminate_dead_code(_graph(build), keep_random=False)
+    assert _count(gm, aten.rand.default) == 1  # still used by the copy-back
+
+
+def test_cse_merges_pure_duplicates_but_not_random_ops():
+    def build(g, root):
+        x = g.placeholder("x")
+        a = g.call_function(aten.mul.Tensor, (x, 2.0))
+        b = g.call_function(aten.mul.Tensor, (x, 2.0))
+        c = g.call_function(aten.mul.Tensor, (x, 2))            # int 2: a different op call
+        r1 = g.call_function(aten.rand_like.default, (x,))
+        r2 = g.call_function(aten.rand_like.default, (x,))
+        g.output((a, b, c, r1, r2))
+
+    gm = eliminate_common_subexpressions(_graph(build))
+    assert _count(gm, aten.mul.Tensor) == 2
+    assert _count(gm, aten.rand_like.default) == 2
+    x = torch.randn(4)
+    a, b, c, r1, r2 = gm(x)
+    assert a is b and not torch.equal(r1, r2)
+
+
+def test_constant_folding_folds_constants_but_not_state():
+    def build(g, root):
+        root.c = torch.arange(4.0)
+        root.w = torch.nn.Parameter(torch.ones(4))
+        x = g.placeholder("x")
+        c = g.get_attr("c")
+        c.meta["constant"] = True
+        w = g.get_attr("w")                                      # live state: not folded
+        folded = g.call_function(aten.mul.Tensor, (g.call_function(aten.exp.default, (c,)), 2))
+        live = g.call_function(aten.mul.Tensor, (w, 3))
+        g.output((g.call_function(aten.add.Tensor, (x, folded)), live))
+
+    gm = fold_constants(_graph(build))
+    gm = eliminate_dead_code(gm)
+    assert _count(gm, aten.exp.default) == 0
+    assert _count(gm, aten.mul.Tensor) == 1                     # only the one on the parameter
+    x = torch.randn(4)
+    out, live = gm(x)
+    torch.testing.assert_close(out, x + torch.arange(4.0).exp() * 2)
+    with torch.no_grad():
+        gm.w.mul_(2)
+    torch.testing.assert_close(gm(x)[1], torch.full((4,), 6.0))
+
+
+def test_pipeline_has_named_steps_and_keeps_semantics():
+    assert [s.name for s in DEFAULT_PIPELINE] == ["dce", "cse", "constant_fold", "dce_after_fold"]
+
+    def build(g, root):
+        x = g.placeholder("x")
+        a = g.call_function(aten.sin.default, (x,))
+        b = g.call_function(aten.sin.default, (x,))
+        g.call_function(aten.cos.default, (x,))
+        g.output((g.call_function(aten.add.Tensor, (a, b)),))
+
+    gm = run_pipeline(_graph(build), PassContext())
+    assert _count(gm, aten.sin.default) == 1 and _count(gm, aten.cos.default) == 0
+    x = torch.randn(5)
+    torch.testing.assert_close(gm(x)[0], 2 * x.sin())

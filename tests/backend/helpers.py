@@ -1,0 +1,43 @@
+"""Shared helpers of the backend tests: ATen graphs of small programs, compile, compare."""
+from __future__ import annotations
+
+import torch
+import torch._decomp
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from surge.backends.triton import compile_aten_graph
+from surge.lowering.lower import lower_graph
+from surge.schedule import schedule_graph
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def aten_graph(fn, *inputs) -> torch.fx.GraphModule:
+    """``fn`` traced to core ATen ops (tests only; the library has its own aot layer)."""
+    return make_fx(fn, decomposition_table=torch._decomp.core_aten_decompositions())(*inputs)
+
+
+def schedule_of(fn, *inputs):
+    graph, _ = lower_graph(aten_graph(fn, *inputs), list(inputs))
+    return schedule_graph(graph)
+
+
+def compile_fn(fn, *inputs, **kwargs):
+    return compile_aten_graph(aten_graph(fn, *inputs), list(inputs), **kwargs)
+
+
+def assert_matches_eager(fn, compiled, *inputs, **tol):
+    """Run both on ``inputs`` and compare every output (structure, dtype, values)."""
+    expected = fn(*inputs)
+    actual = compiled(*inputs)
+    if isinstance(expected, torch.Tensor):
+        expected = (expected,)
+        actual = (actual,) if isinstance(actual, torch.Tensor) else actual
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert a.shape == e.shape and a.dtype == e.dtype, (a.shape, e.shape, a.dtype, e.dtype)
+        torch.testing.assert_close(a, e, **tol)
+
+
+def randn(*shape, dtype=torch.float32):
+    return torch.randn(*shape, device=DEVICE).to(dtype)

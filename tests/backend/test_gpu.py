@@ -1,0 +1,51 @@
+"""On a CUDA device: real kernels, autotuning and its disk cache, bandwidth sanity."""
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from .helpers import assert_matches_eager, compile_fn
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+
+def _rand(*shape, dtype=torch.float32):
+    return torch.randn(*shape, device="cuda").to(dtype)
+
+
+PROGRAMS = {
+    "layer_norm_gelu": (lambda x, w, b: F.gelu(F.layer_norm(x, (x.shape[-1],), w, b)),
+                        lambda d: (_rand(512, 4096, dtype=d), _rand(4096, dtype=d), _rand(4096, dtype=d))),
+    "softmax": (lambda x: torch.softmax(x, -1), lambda d: (_rand(1024, 1000, dtype=d),)),
+    "softmax_long_rows": (lambda x: torch.softmax(x, -1), lambda d: (_rand(64, 50000, dtype=d),)),
+    "rms_norm": (lambda x, w: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w,
+                 lambda d: (_rand(256, 2048, dtype=d), _rand(2048, dtype=d))),
+    "reductions": (lambda x: (x.sum(0), x.amax(1), x.argmax(1), x.var(1)), lambda d: (_rand(300, 700, dtype=d),)),
+    "gelu_linear": (lambda x, w, b, r: F.gelu(x @ w + b) + r,
+                    lambda d: (_rand(64, 128, dtype=d), _rand(128, 256, dtype=d), _rand(256, dtype=d),
+                               _rand(64, 256, dtype=d))),
+    "gather": (lambda t, i: F.embedding(i, t) * 2, lambda d: (_rand(1000, 64, dtype=d),
+                                                             torch.randint(0, 1000, (77, 5), device="cuda"))),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_programs_match_eager_on_gpu(name, dtype):
+    fn, make = PROGRAMS[name]
+    c = compile_fn(fn, *make(dtype))
+    tol = dict(atol=3e-2, rtol=3e-2) if dtype == torch.bfloat16 else dict(atol=1e-4, rtol=1e-4)
+    if name == "reductions" and dtype == torch.bfloat16:
+        pytest.skip("argmax ties in bf16 differ legitimately")
+    assert_matches_eager(fn, c, *make(dtype), **tol)
+
+
+def test_autotuning_result_is_cached_on_disk():
+    fn, make = PROGRAMS["softmax"]
+    c = compile_fn(fn, *make(torch.float32))
+    c(*make(torch.float32))
+    folder = os.path.join(os.environ["SURGE_CACHE_DIR"], "autotune")
+    assert os.listdir(folder)

@@ -1,0 +1,68 @@
+"""Scheduling: which buffers fuse, which reach memory, and the memory plan."""
+import torch
+
+from surge.schedule.groups import KernelGroup
+
+from .helpers import assert_matches_eager, compile_fn, randn, schedule_of
+
+
+def test_siblings_reading_the_same_input_fuse_horizontally():
+    fn = lambda x: (x.sin() + 1, x.cos() * 2, x.exp())  # noqa: E731
+    s = schedule_of(fn, randn(4, 8))
+    assert len(s.kernels) == 1 and len(s.kernels[0].stores) == 3
+
+
+def test_transposed_read_of_a_kernel_result_is_not_fused():
+    # y is read at another element than the one computed: it must go through memory
+    def fn(x):
+        y = x
+        for _ in range(8):   # expensive enough to be computed once, not inlined twice
+            y = (y * 0.5).sin() + x
+        return y + y.t()
+    s = schedule_of(fn, randn(8, 8))
+    assert len(s.kernels) >= 2
+    c = compile_fn(fn, randn(8, 8))
+    assert_matches_eager(fn, c, randn(8, 8))
+
+
+def test_intermediates_fused_away_are_never_allocated():
+    fn = lambda x, w: torch.softmax(x * w, -1) * 3  # noqa: E731
+    s = schedule_of(fn, randn(4, 16), randn(16))
+    (kernel,) = s.kernels
+    assert len(kernel.stores) == 1 and len(kernel.internal) >= 2
+    assert s.memory.allocations == 1
+
+
+def test_row_reduction_does_not_swallow_a_large_parallel_epilogue():
+    # x - x.sum(): one row of 2**17 elements; the epilogue stays a parallel kernel
+    fn = lambda x: x - x.sum()  # noqa: E731
+    s = schedule_of(fn, torch.empty(2**17, device="meta"))
+    assert len(s.kernels) == 2
+    small = schedule_of(fn, randn(64))
+    assert len(small.kernels) == 1
+
+
+def test_dead_buffers_are_freed_and_reused():
+    # a chain of reductions separated by a matmul: buffers die and are reused
+    def fn(x, w):
+        a = torch.softmax(x, -1) @ w
+        b = torch.softmax(a, -1) @ w
+        c = torch.softmax(b, -1) @ w
+        return c.sum(-1)
+    x, w = randn(8, 8), randn(8, 8)
+    s = schedule_of(fn, x, w)
+    plan = s.memory
+    assert plan.reuses >= 1, str(plan)
+    freed = [n for step in plan.steps for n in step.free_after]
+    outputs = {o.arg.buffer for o in s.graph.outputs}
+    assert not outputs & set(freed)
+    c = compile_fn(fn, x, w)
+    assert "# reuse" in c.source and "del " in c.source
+    assert_matches_eager(fn, c, randn(8, 8), randn(8, 8), atol=1e-5, rtol=1e-5)
+
+
+def test_schedule_prints_groups():
+    s = schedule_of(lambda x: torch.softmax(x, -1), randn(4, 8))
+    text = str(s)
+    assert "kernel fused_" in text and "reduction" in text and "memory plan" in text
+    assert all(isinstance(k, KernelGroup) for k in s.kernels)

@@ -1,0 +1,109 @@
+"""The bench end to end at --quick sizes on CPU: correctness of every workload, no timing asserts."""
+import json
+
+import pytest
+
+from surge.__main__ import main
+from surge.tools import bench, workloads
+from surge.tools.bench_report import format_table, table_rows
+
+
+def quick_config(**changes):
+    cfg = bench.BenchConfig(device="cpu", scale="quick", fresh_process_compile=False, overhead=False,
+                            contenders=("eager", "surge"), budget_s=0.01)
+    for k, v in changes.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+def test_every_workload_under_surge_matches_eager():
+    run = bench.run_bench(quick_config())
+    assert [wr.name for wr in run["workloads"]] == workloads.names()
+    for wr in run["workloads"]:
+        r = wr.results["surge"]
+        assert r.status == "ok", (wr.name, r.message)
+        assert r.max_abs_error is not None and r.median_s > 0 and r.first_call_s > 0
+        assert r.graphs is not None and r.graph_breaks is not None
+        assert wr.speedup("surge") > 0
+    by_name = {wr.name: wr.results["surge"] for wr in run["workloads"]}
+    # Straight-line tensor code is one graph with no break.
+    for name in ("seed_block_fp32", "softmax", "pointwise_chain_60"):
+        assert (by_name[name].graphs, by_name[name].graph_breaks) == (1, 0), name
+
+
+def test_cli_runs_all_contenders_and_writes_json(tmp_path, capsys):
+    out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
+    rc = main(["bench", "--quick", "--device", "cpu", "--only", "seed_block_fp32,layernorm_gelu",
+               "--budget", "0.02", "--json", str(out_json), "--plot", str(out_png)])
+    stdout = capsys.readouterr().out
+    assert rc == 0, stdout
+    for column in ("median", "speedup", "surge/tc", "1st call", "bandwidth", "g/b/k"):
+        assert column in stdout
+    assert "measured copy bandwidth" in stdout
+    data = json.loads(out_json.read_text())
+    env = data["environment"]
+    assert env["device"] == "cpu" and env["scale"] == "quick" and "torch" in env["versions"]
+    assert env["copy_bandwidth_Bps"] > 0
+    assert [w["name"] for w in data["workloads"]] == ["seed_block_fp32", "layernorm_gelu"]
+    for w in data["workloads"]:
+        assert w["sizes"] and set(w["results"]) == {"eager", "torch.compile", "surge"}
+        for contender in ("torch.compile", "surge"):
+            assert w["results"][contender]["status"] == "ok"
+            assert w["speedup_over_eager"][contender] > 0
+        assert w["surge_over_torch_compile"] > 0
+        assert isinstance(w["results"]["surge"]["compile_phases_s"], dict)
+    assert data["workloads"][1]["results"]["surge"]["bandwidth_Bps"] > 0  # memory-bound workload
+    if out_png.exists():
+        assert out_png.stat().st_size > 0
+    else:
+        assert "matplotlib is not installed" in stdout
+
+
+def test_fresh_process_compile_times_and_tiny_overhead():
+    cfg = quick_config(fresh_process_compile=True, overhead=True)
+    wr = bench.run_workload(cfg, "softmax")
+    r = wr.results["surge"]
+    assert r.status == "ok", r.message
+    assert r.cold_compile_s > 0 and r.warm_compile_s > 0
+    assert r.overhead_s is not None
+
+
+def test_missing_backend_is_reported_not_a_crash(capsys):
+    cfg = quick_config(surge_backend="no_such_backend", only=["softmax"])
+    run = bench.run_bench(cfg)
+    r = run["workloads"][0].results["surge"]
+    assert r.status == "not available" and "no_such_backend" in r.message
+    table = format_table(table_rows(run["workloads"][0], run["environment"]))
+    assert "not available" in table
+
+
+def test_unknown_workload_is_a_usage_error(capsys):
+    assert main(["bench", "--quick", "--only", "no_such_workload"]) == 2
+    assert "unknown workload" in capsys.readouterr().err
+
+
+def test_wrong_results_fail_the_run(monkeypatch, capsys):
+    # A contender that returns a wrong result must be flagged, and the CLI must exit non-zero.
+    import surge.tools.contenders as contenders
+
+    def off_by_one(name, backend):
+        if name == "torch.compile":
+            return contenders.Contender(name, lambda target: (lambda *args: target(*args) + 1))
+        return contenders.eager_contender()
+
+    monkeypatch.setattr(bench, "make_contender", off_by_one)
+    rc = main(["bench", "--quick", "--device", "cpu", "--only", "softmax", "--budget", "0.01",
+               "--contenders", "eager,torch.compile"])
+    captured = capsys.readouterr()
+    assert rc == 1 and "WRONG" in captured.out and "softmax/torch.compile" in captured.err
+
+
+@pytest.mark.gpu
+def test_quick_bench_on_cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    run = bench.run_bench(quick_config(device="cuda", only=["seed_block_bf16", "rmsnorm_bf16"]))
+    for wr in run["workloads"]:
+        assert wr.results["surge"].status == "ok"
+        assert wr.results["surge"].peak_memory_bytes is not None

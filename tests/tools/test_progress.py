@@ -1,0 +1,32 @@
+import io
+import time
+
+from surge.tools import progress
+from surge.tools.phases import CompileRecord
+
+
+def test_long_compile_shows_its_phase_and_a_final_line(monkeypatch):
+    monkeypatch.setattr(progress, "DELAY_S", 0.05)
+    monkeypatch.setattr(progress, "REFRESH_S", 0.02)
+    record = CompileRecord("gpt_forward", current_phase="autotune")
+    stream = io.StringIO()
+    ticker = progress.CompileProgress.start(record, stream=stream, force=True)
+    time.sleep(0.2)
+    ticker.stop()
+    text = stream.getvalue()
+    assert "compiling gpt_forward [autotune]" in text
+    assert text.endswith("\n") and "compiled gpt_forward in" in text
+
+
+def test_short_compile_prints_nothing(monkeypatch):
+    stream = io.StringIO()
+    ticker = progress.CompileProgress.start(CompileRecord("f"), stream=stream, force=True)
+    ticker.stop()
+    assert stream.getvalue() == "" and not ticker.shown
+
+
+def test_not_a_terminal_means_no_thread_and_no_output(monkeypatch):
+    monkeypatch.setattr(progress, "interactive", lambda: False)
+    ticker = progress.CompileProgress.start(CompileRecord("f"))
+    assert not isinstance(ticker, progress.CompileProgress)
+    ticker.stop()
