@@ -111,9 +111,11 @@ def run_table(rows, cols):
                 out = compiled(*args)
                 ref = fn(*[a.double() for a in args])
                 row["kernels"] = len(compiled.kernel_names)
+
                 row["rel_err"] = rel_error(out, ref)
                 row["eager_rel_err"] = rel_error(fn(*args), ref)
                 nbytes = min_bytes(args, out)
+                row["configs"] = [launch.state.get("config") for launch in compiled.launchers.values()]
                 row["surge_ms"] = bench(compiled, args)
                 row["eager_ms"] = bench(fn, args)
                 inductor = torch.compile(fn)
@@ -161,7 +163,7 @@ def compile_times(rows, cols):
         for backend in ("surge", "inductor"):
             with tempfile.TemporaryDirectory() as tmp:
                 env = dict(os.environ, SURGE_CACHE_DIR=f"{tmp}/surge", TRITON_CACHE_DIR=f"{tmp}/triton",
-                           TORCHINDUCTOR_CACHE_DIR=f"{tmp}/inductor")
+                           TORCHINDUCTOR_CACHE_DIR=f"{tmp}/inductor", SURGE_LOGS="perf")
                 times = []
                 for _ in ("cold", "warm"):
                     proc = subprocess.run([sys.executable, __file__, "--child", name, backend,
@@ -169,6 +171,9 @@ def compile_times(rows, cols):
                                           capture_output=True, text=True, env=env, timeout=300)
                     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("SECONDS ")]
                     times.append(float(lines[-1].split()[1]) if lines else float("nan"))
+                    perf = [ln for ln in proc.stderr.splitlines() if "[surge:perf]" in ln]
+                    if perf:
+                        print("\n".join(perf), flush=True)
                     if not lines:
                         print(proc.stderr[-2000:])
             row = {"workload": name, "backend": backend, "cold_s": times[0], "warm_s": times[1]}

@@ -163,13 +163,14 @@ def trace_program(gm: torch.fx.GraphModule, example_inputs, *, decompose: bool =
     for j, (names, value) in enumerate(state):
         attr = "state_" + names[0].replace(".", "_")
         t = tracer.add_input(attr, value, requires_grad=flags[len(placeholders) + j], as_attr=not lift_state)
+        tracers.append(t)
         state_names.append(names[0])
         for name in names:
             state_by_name[name] = t
     grad_enabled = torch.is_grad_enabled()
     try:
         with _swapped_state(gm, state_by_name), tracer.mode, torch.set_grad_enabled(grad_inputs is not None):
-            result = _TorchLevelInterpreter(gm, tracer, state_by_name).run(*tracers)
+            result = _TorchLevelInterpreter(gm, tracer, state_by_name).run(*tracers[: len(placeholders)])
             flat, out_spec = pytree.tree_flatten(result)
             outputs, values = _classify_outputs(tracer, flat)
             user_output_nodes = [tracer.current_node(v) if isinstance(v, TracerTensor) else v for v in flat]
@@ -180,14 +181,11 @@ def trace_program(gm: torch.fx.GraphModule, example_inputs, *, decompose: bool =
 
                 grads, num_tangents = trace_backward(
                     tracer, [v for v, rg in zip(values, value_requires_grad) if rg],
-                    [t for t, f in zip(tracers + _unique_state(state_by_name, state_names), flags) if f])
+                    [t for t, f in zip(tracers, flags) if f])
     finally:
         torch.set_grad_enabled(grad_enabled)
     mutated = [i for i, s in tracer.input_storages.items() if s.version > 0]
-    for i in mutated:
-        if flags[i]:
-            raise Unsupported(f"in-place update of graph input {i}, which requires grad, "
-                              "is not supported in a compiled training graph")
+    _check_mutated_inputs(mutated, tracers, [v for _, v in tracer.inputs])
     result_nodes = ([tracer.input_storages[i].base_node for i in mutated]
                     + [tracer.current_node(v) for v in values]
                     + [tracer.current_node(g) if g is not None else None for g in grads])
@@ -223,8 +221,22 @@ def insert_copy_back(gm: torch.fx.GraphModule, mutated: list[int], input_names: 
     gm.recompile()
 
 
-def _unique_state(state_by_name, state_names):
-    return [state_by_name[n] for n in state_names]
+def _check_mutated_inputs(mutated: list[int], tracers: list, values: list) -> None:
+    storages: dict[int, int] = {}
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.numel() > 0:
+            ptr = v.untyped_storage().data_ptr()
+            storages[ptr] = storages.get(ptr, 0) + 1
+    for i in mutated:
+        if isinstance(tracers[i], TracerTensor) and tracers[i].grad_fn is not None:
+            # Autograd recorded the update (grad was on): eager would rebase the
+            # input's history, which a compiled region cannot do to its input.
+            raise Unsupported(f"in-place update of graph input {i}, which requires grad, "
+                              "is not supported in a compiled training graph")
+        if values[i].numel() > 0 and storages.get(values[i].untyped_storage().data_ptr(), 0) > 1:
+            # Functionalization treats inputs as separate storages: a write
+            # through one would not be seen through the other.
+            raise Unsupported(f"graph input {i} is updated in place and shares memory with another input")
 
 
 def _differentiable(t: torch.Tensor) -> bool:

@@ -104,6 +104,8 @@ class AotCompiled:
         parts = partition_joint(joint, num_inputs=program.num_inputs, num_tangents=program.num_tangents,
                                 num_forward_outputs=len(program.mutated_inputs) + program.num_values)
         forward, backward = parts.forward, parts.backward
+        num_forward_outputs = len(program.mutated_inputs) + program.num_values
+        _save_mutated_inputs_by_value(forward, program, num_forward_outputs)
         insert_copy_back(forward, program.mutated_inputs, program.input_names)
         forward = self._passes(forward, "forward")
         backward = self._passes(backward, "backward")
@@ -119,6 +121,22 @@ class AotCompiled:
     def _passes(self, gm, name: str):
         return run_pipeline(gm, PassContext(keep_random=self.options.fallback_random, graph_name=name))
 
+
+
+def _save_mutated_inputs_by_value(forward, program, num_forward_outputs: int) -> None:
+    """A saved input that the forward then updates in place is saved as a clone:
+    the backward needs the value it had, not what the copy-back leaves in it."""
+    mutated = {program.input_names[i] for i in program.mutated_inputs}
+    output = next(n for n in reversed(forward.graph.nodes) if n.op == "output")
+    results = list(output.args[0])
+    for k in range(num_forward_outputs, len(results)):
+        node = results[k]
+        if node is not None and node.op == "placeholder" and node.name in mutated:
+            with forward.graph.inserting_before(output):
+                results[k] = forward.graph.call_function(torch.ops.aten.clone.default, (node,))
+            results[k].meta = dict(node.meta)
+    output.args = (tuple(results),)
+    forward.recompile()
 
 
 def _example_like(meta: torch.Tensor, device) -> torch.Tensor:

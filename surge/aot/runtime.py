@@ -93,8 +93,8 @@ class CompiledFunction(torch.autograd.Function):
             # through save_for_backward, where the hooks see them.
             through_ctx = list(range(len(saved)))
         else:
-            output_storages = {v.untyped_storage().data_ptr() for v in values if isinstance(v, torch.Tensor)}
-            through_ctx = [i for i, t in enumerate(saved) if t.untyped_storage().data_ptr() in output_storages]
+            output_storages = {_storage_ptr(v) for v in values if isinstance(v, torch.Tensor)}
+            through_ctx = [i for i, t in enumerate(saved) if _storage_ptr(t) in output_storages]
         ctx.save_for_backward(*[saved[i] for i in through_ctx])
         ctx.stash = list(saved)
         for i in through_ctx:
@@ -138,6 +138,13 @@ def _saved_tensors(ctx) -> list:
                 f"region is at version {t._version}; expected version {version} instead.")
     from_ctx = iter(ctx.saved_tensors)
     return [t if t is not None else next(from_ctx) for t in ctx.stash]
+
+
+def _storage_ptr(t: torch.Tensor) -> int | None:
+    try:
+        return t.untyped_storage().data_ptr()
+    except RuntimeError:  # tensors without storage (efficient zero tensors)
+        return None
 
 
 def _saved_tensor_hooks_active() -> bool:

@@ -28,6 +28,7 @@ class CompiledGraph:
     module: object
     source: str
     path: str
+    launchers: dict = dataclasses.field(default_factory=dict)
     schedule: object = None       # None when the module came from the disk cache
     cache_hit: bool = False
     compile_seconds: float = 0.0
@@ -88,7 +89,7 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
     call = module.make_call(launchers)
     elapsed = time.perf_counter() - start
     logs.log("perf", f"compiled graph {key[:12]} in {elapsed * 1000:.1f} ms ({'disk cache' if hit else 'fresh'})")
-    return CompiledGraph(call, constants, module, source, path, schedule, hit, elapsed)
+    return CompiledGraph(call, constants, module, source, path, launchers, schedule, hit, elapsed)
 
 
 def triton_backend(gm: torch.fx.GraphModule, example_inputs: list):

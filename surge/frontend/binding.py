@@ -62,8 +62,9 @@ def bind_root(tracer, fn, args: tuple, kwargs: dict) -> dict:
         # only for parameters past them, binds through the same sources.
         accepts = tracer.consts.ref(_keyword_acceptor(names, nargs, keyword_params, required), "call_accepts")
         condition = f"{count} and (not kwargs or {accepts}(len(args), kwargs))"
-    tracer.guards.add(None, condition, f"called with {lo}..{nargs} positional arguments, "
-                                       "keywords only for parameters past them")
+    text = f"called with {lo} positional arguments" if lo == nargs else (
+        f"called with {lo} to {nargs} positional arguments, keywords only for parameters past them")
+    tracer.guards.add(None, condition, text)
     return bound
 
 

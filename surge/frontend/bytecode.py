@@ -42,10 +42,6 @@ class DecodedCode:
     instructions: list[Instruction]
     exception_table: list[ExceptionRange]
 
-    @property
-    def filename(self) -> str:
-        return self.code.co_filename
-
 
 _DECODED: dict[types.CodeType, DecodedCode] = {}
 
@@ -81,6 +77,3 @@ def source_line(filename: str, lineno: int | None) -> str:
         return ""
     return linecache.getline(filename, lineno).strip()
 
-
-def location(code: types.CodeType, lineno: int | None) -> str:
-    return f"{code.co_filename}:{lineno if lineno is not None else code.co_firstlineno}"

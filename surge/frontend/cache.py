@@ -31,13 +31,6 @@ class CodeCache:
         self.recompiles = 0
         self.run_eagerly = False
 
-    def lookup(self, fn, args, kwargs):
-        for run in self.runners:
-            result = run(fn, args, kwargs)
-            if result is not MISS:
-                return result
-        return MISS
-
     def miss(self, fn, args, kwargs, options, backend, records=None):
         """Capture a new entry for this call (or run eagerly past the limit) and run it."""
         counters["cache_misses"] += 1

@@ -8,7 +8,7 @@ run the function eagerly.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -43,7 +43,6 @@ class CacheEntry:
     graph: torch.fx.GraphModule | None = None
     fallback: BreakReason | None = None
     compile_seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
 
 
 def _root_cells(fn) -> dict:

@@ -67,6 +67,9 @@ class GuardSet:
             self.add(source, f"{{v}} is {value!r}", f"{source.name()} is {value!r}")
         elif isinstance(value, float) and math.isnan(value):
             self.add(source, "type({v}) is float and {v} != {v}", f"{source.name()} is nan")
+        elif type(value) is float and math.isinf(value):
+            self.add(source, f"type({{v}}) is float and {{v}} == {'-' if value < 0 else ''}float('inf')",
+                     f"{source.name()} == {value!r}")
         elif type(value) is float and value == 0.0:
             sign = "-" if math.copysign(1.0, value) < 0 else ""
             self.consts.values["copysign"] = math.copysign

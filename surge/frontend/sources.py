@@ -243,18 +243,3 @@ class ParamSource:
         if self.index is None:
             return fallback
         return f"(args[{self.index}] if len(args) > {self.index} else {fallback})"
-
-
-@dataclass(frozen=True)
-class VarArgsSource:
-    """The ``*args`` tuple of the compiled function: ``args[start:]``."""
-
-    start: int
-    param: str
-    parent = None
-
-    def name(self):
-        return f"L[{self.param!r}]"
-
-    def expr(self, parent, consts):
-        return f"args[{self.start}:]"

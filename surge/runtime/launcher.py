@@ -5,6 +5,8 @@ generated wrapper calls; sizes, grid and config are bound in its closure.
 """
 from __future__ import annotations
 
+import time
+
 from .. import logs
 from . import autotune
 from .triton_mode import interpreting
@@ -32,10 +34,11 @@ def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str):
         found = autotune.load_choice(cache_dir, key)
         if found is not None:
             return found["config"]
+        start = time.perf_counter()
         best, timings = autotune.benchmark(lambda c: run(args, c), configs)
         autotune.store_choice(cache_dir, key, best, timings)
-        logs.log("perf", f"autotuned {name}: {best} from {len(configs)} configs "
-                         f"({', '.join(f'{t:.4f}' for t in timings)} ms)")
+        logs.log("perf", f"autotuned {name} in {time.perf_counter() - start:.2f} s: {best} from "
+                         f"{len(configs)} configs ({', '.join(f'{t:.4f}' for t in timings)} ms)")
         return best
 
     def launch(*args):

@@ -11,18 +11,19 @@ from surge.aot.backend import run_graph
 from surge.options import Options
 
 
-def compile_aot(fn_or_module, example_inputs, *, options=None, record=None):
+def compile_aot(fn_or_module, example_inputs, *, options=None, record=None, boxed=False):
     """symbolic_trace + aot_compile with graph-running compilers.
 
-    ``record`` (a dict) receives the ATen graphs handed to the compilers, under
-    "forward"/"backward"/"inference" keys, so that tests can check structure.
+    ``record`` (a dict) receives the list of ATen graphs handed to the compilers
+    under "graphs", so that tests can check structure. ``boxed`` runs them as
+    aot_eager does (boxed calls); otherwise through plain ``gm.forward``.
     """
     gm = fn_or_module if isinstance(fn_or_module, torch.fx.GraphModule) else torch.fx.symbolic_trace(fn_or_module)
     calls = []
 
     def compiler(aten_gm, inputs):
         calls.append(aten_gm)
-        return aten_gm.forward
+        return run_graph(aten_gm, inputs) if boxed else aten_gm.forward
 
     compiled = aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
                            options=options or Options(raise_internal_errors=True))

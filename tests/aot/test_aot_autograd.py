@@ -157,3 +157,47 @@ def test_saved_tensor_hooks_see_saved_tensors():
     w_ref = w.detach().clone().requires_grad_()
     f(x, w_ref).backward()
     torch.testing.assert_close(w.grad, w_ref.grad)
+
+
+def test_input_updated_after_its_use_keeps_old_value_for_backward():
+    class Scale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("s", torch.randn(5))
+            self.w = torch.nn.Parameter(torch.randn(5))
+            self.ema = torch.nn.Parameter(torch.zeros(5))
+
+        def forward(self, x):
+            # eager saves s * 3 for the backward; the partitioner would rather save
+            # s (an input, free) and recompute s * 3 - from s's old value
+            y = (x * (self.s * 3) * self.w).sin().sum()
+            self.s.add_(1)
+            with torch.no_grad():
+                self.ema.mul_(0.9).add_(self.w * 0.1)   # a parameter update under no_grad
+            return y
+
+    def frontend_graph(model):
+        # What the frontend records for forward (symbolic_trace would run the
+        # buffer update at trace time and drop the no_grad region).
+        g = torch.fx.Graph()
+        x = g.placeholder("x")
+        s, w, ema = g.get_attr("s"), g.get_attr("w"), g.get_attr("ema")
+        y = g.call_method("sum", (g.call_method("sin", (g.call_function(
+            torch.mul, (g.call_function(torch.mul, (x, g.call_function(torch.mul, (s, 3)))), w)),)),))
+        g.call_method("add_", (s, 1))
+        g.call_function(torch._C._set_grad_enabled, (False,))
+        g.call_method("add_", (g.call_method("mul_", (ema, 0.9)), g.call_function(torch.mul, (w, 0.1))))
+        g.call_function(torch._C._set_grad_enabled, (True,))
+        g.output(y)
+        return torch.fx.GraphModule(model, g)
+
+    model = Scale()
+    reference = Scale()
+    reference.load_state_dict(model.state_dict())
+    x = torch.randn(5, requires_grad=True)
+    compiled = compile_aot(frontend_graph(model), [x])
+    got = torch.autograd.grad(compiled(x), [x, model.w])
+    want = torch.autograd.grad(reference(x), [x, reference.w])
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(model.s, reference.s)
+    torch.testing.assert_close(model.ema, reference.ema)

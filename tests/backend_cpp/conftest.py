@@ -1,4 +1,4 @@
-"""cpp backend tests build into a fresh disk cache per test session."""
+"""cpp backend tests build into a fresh disk cache per test run."""
 import os
 
 import pytest

@@ -70,7 +70,14 @@ def sweep():
     return results
 
 
-@pytest.mark.parametrize("name", sorted(OPS))
+# Failures in shared layers, reported to their owners; strict: the test fails once they are fixed.
+KNOWN_FAILURES = {
+    "index_select": "lowering: index_select of a 0-dim tensor indexes past the output's dims",
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_FAILURES[n], strict=True))
+                                  if n in KNOWN_FAILURES else n for n in sorted(OPS)])
 def test_op_matches_eager(sweep, name):
     result = sweep[name]
     if result[0] == "skip":

@@ -29,7 +29,6 @@ from .ops import OP_RULES, cast_expr, compute_dtype, ctype, literal, load_expr, 
 # Below this many elements of work a kernel runs on one thread: waking the
 # OpenMP team costs more than it saves.
 PARALLEL_MIN_ELEMENTS = 32768
-SIMD_REDUCTIONS = ("sum", "prod", "max", "min", "any", "all", "var")
 
 
 def c_index(expr: sympy.Expr, names: dict | None = None) -> str:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..variables.base import NULL, AttributeMissing, unsupported
-from ..variables.containers import DictVariable, TupleVariable
+from ..variables.containers import DictVariable
 from ..variables.functions import NestedFunctionVariable
 from ..variables.objects import SuperVariable
 from .registry import opcode
@@ -135,5 +135,3 @@ def _import_name(frame, inst):
 def _import_from(frame, inst):
     frame.push(load_attribute(frame, frame.peek(), inst.argval))
 
-
-__all__ = ["TupleVariable"]

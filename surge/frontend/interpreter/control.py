@@ -120,7 +120,7 @@ def _raise_varargs(frame, inst):
     if not isinstance(exc, ExceptionVariable):
         unsupported(f"raise of {exc}")
     message = ", ".join(str(a.as_constant()) for a in exc.args if a.is_constant())
-    raise RaisedInUserCode(exc.exc_type, message)
+    raise RaisedInUserCode(exc.exc_type, message, exc)
 
 
 @opcode("PUSH_EXC_INFO")
@@ -150,8 +150,7 @@ def _exceptions(frame, inst):
 
 
 @opcode("SEND", "END_SEND", "GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "BEFORE_ASYNC_WITH",
-        "LOAD_BUILD_CLASS", "SETUP_ANNOTATIONS", "IMPORT_STAR", "PRINT_EXPR", "MATCH_CLASS",
-        "MATCH_MAPPING", "MATCH_SEQUENCE", "MATCH_KEYS", "GET_LEN")
+        "LOAD_BUILD_CLASS", "SETUP_ANNOTATIONS", "IMPORT_STAR", "PRINT_EXPR")
 def _unsupported_construct(frame, inst):
     unsupported(f"{inst.opname} (this construct is not supported in compiled code)")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dis
 import operator
 
-from ..variables.base import NULL, unsupported
+from ..variables.base import unsupported
 from ..variables.constant import ConstantVariable
 from ..variables.containers import (
     DictVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, _key_of,
@@ -278,5 +278,3 @@ def _build_string(frame, inst):
     parts = frame.popn(inst.arg)
     frame.push(ConstantVariable("".join(p.as_constant() for p in parts)))
 
-
-__all__ = ["NULL"]

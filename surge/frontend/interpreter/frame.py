@@ -15,7 +15,7 @@ import torch
 from ...errors import Unsupported
 from ..variables.base import RaisedInUserCode
 from ..bytecode import Instruction, decode, source_line
-from ..variables.base import NULL, Variable, unsupported
+from ..variables.base import Variable, unsupported
 from ..variables.functions import CellVariable
 from .registry import HANDLERS
 
@@ -159,7 +159,8 @@ class Frame:
                 del self.stack[entry.depth:]
                 if entry.lasti:
                     self.push(ConstantVariable(inst.offset))
-                self.push(ExceptionVariable(raised.exc_type, []))
+                self.push(raised.exception or ExceptionVariable(
+                    raised.exc_type, [ConstantVariable(raised.message)] if raised.message else []))
                 self.ip = entry.target
                 return True
         return False
@@ -204,5 +205,3 @@ def attach_location(error: Unsupported, frame: Frame) -> None:
     error.source_text = text
     error.args = (f"{error.reason}\n  at {error.location}",)
 
-
-__all__ = ["Frame", "LazyInput", "NULL"]

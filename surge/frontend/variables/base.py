@@ -22,8 +22,10 @@ class RaisedInUserCode(Unsupported):
     code's exception table); if nothing does, the frame cannot be captured.
     """
 
-    def __init__(self, exc_type: type, message: str = ""):
+    def __init__(self, exc_type: type, message: str = "", exception=None):
         self.exc_type = exc_type
+        self.message = message
+        self.exception = exception  # the ExceptionVariable raised, when the code made one
         super().__init__(f"{exc_type.__name__}: {message}" if message else f"{exc_type.__name__} raised")
 
 

@@ -74,10 +74,6 @@ def fold(fn, args, kwargs=None):
     return result
 
 
-def _wrap_result(tx, value):
-    return tx.wrap(value, None)
-
-
 # ---- values and types ---------------------------------------------------------
 
 
@@ -220,6 +216,11 @@ def _bool(tx, obj=None):
 
 def _string_conversion(fn):
     def rule(tx, *args, **kwargs):
+        from .objects import ExceptionVariable
+
+        if args and isinstance(args[0], ExceptionVariable) and all(a.is_constant() for a in args[0].args):
+            exc = args[0].exc_type(*[a.as_constant() for a in args[0].args])
+            return ConstantVariable(fn(exc, *[a.as_constant() for a in args[1:]]))
         if not _all_constant(args, kwargs):
             unsupported(f"{fn.__name__}() of {args[0] if args else ''} in compiled code")
         return ConstantVariable(fold(fn, args, kwargs))

@@ -1,8 +1,6 @@
 """Python values that are fixed during capture: numbers, strings, None, dtypes, ..."""
 from __future__ import annotations
 
-import operator
-
 import torch
 
 from .base import AttributeMissing, Variable, unsupported
@@ -65,16 +63,4 @@ class ConstantVariable(Variable):
         return f"ConstantVariable({self.value!r})"
 
 
-def constant(value) -> ConstantVariable:
-    return ConstantVariable(value)
-
-
 NONE = ConstantVariable(None)
-
-# Python operator functions applied to constants directly.
-CONSTANT_FOLDABLE_OPERATORS = {
-    operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
-    operator.pow, operator.lshift, operator.rshift, operator.and_, operator.or_, operator.xor,
-    operator.matmul, operator.lt, operator.le, operator.eq, operator.ne, operator.gt, operator.ge,
-    operator.neg, operator.pos, operator.invert, operator.not_, operator.contains, operator.getitem,
-}

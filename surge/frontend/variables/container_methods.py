@@ -4,7 +4,7 @@ from __future__ import annotations
 from .base import raise_in_user_code, unsupported
 from .constant import NONE, ConstantVariable
 from .containers import (
-    DictVariable, IdentityKey, ListVariable, SetVariable, TupleVariable, _key_of, key_variable,
+    DictVariable, ListVariable, SetVariable, TupleVariable, _key_of, key_variable,
 )
 
 RULES: dict = {}
@@ -257,5 +257,3 @@ def _issubset(tx, s, other):
 def _set_copy(tx, s):
     return SetVariable(s.items)
 
-
-__all__ = ["call_container_method", "IdentityKey"]

@@ -2,7 +2,6 @@
 the trace (dataclasses, plain classes), classes, ``super()`` and Python modules."""
 from __future__ import annotations
 
-import dataclasses
 import types
 
 import torch
@@ -114,8 +113,7 @@ class ObjectVariable(Variable):
     def truthy(self, tx):
         cls = type(self.obj)
         if static_lookup(cls, "__bool__") is not _MISSING or static_lookup(cls, "__len__") is not _MISSING:
-            return self.length(tx) > 0 if static_lookup(cls, "__bool__") is _MISSING else unsupported(
-                f"__bool__ of {cls.__qualname__}")
+            unsupported(f"truth value of a {cls.__qualname__} (it defines __bool__ or __len__)")
         return True
 
     def call(self, tx, args, kwargs):
@@ -593,6 +591,3 @@ class PythonModuleVariable(Variable):
 TRUSTED_MODULES = {"torch", "math", "operator", "functools", "itertools", "collections", "typing",
                    "dataclasses", "builtins", "numpy", "enum", "types", "warnings", "inspect", "surge"}
 
-
-def is_dataclass_type(cls) -> bool:
-    return isinstance(cls, type) and dataclasses.is_dataclass(cls)

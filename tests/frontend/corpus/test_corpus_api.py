@@ -267,3 +267,32 @@ def test_kwargs_call_matches_positional_call():
     x, w, b, r = block_args(0)
     compare_call(compiled, block, Args(x, w, b=b, r=r))
     compare_call(compiled, block, Args(x=x, w=w, b=b, r=r))
+
+
+class DecoratedForward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    @surge.compile
+    def forward(self, x):
+        return self.fc(x).relu()
+
+
+def test_decorated_method_binds_self():
+    modules = [DecoratedForward(), DecoratedForward()]
+    for _ in range(2):
+        for module in modules:
+            x = randn(2, 4)
+            torch.testing.assert_close(module(x), module.fc(x).relu())
+    assert surge.counters["fallbacks"] == 0 and surge.counters["graphs"] >= 1
+
+
+def test_bound_forward_compiled_directly():
+    module = nn.Sequential(nn.Linear(4, 4), nn.GELU())
+    backend = RecordingBackend()
+    compiled_forward = surge.compile(module.forward, backend=backend)
+    for _ in range(2):
+        x = randn(2, 4)
+        torch.testing.assert_close(compiled_forward(x), module(x))
+    assert len(backend.graphs) == 1

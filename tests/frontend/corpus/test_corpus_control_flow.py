@@ -224,3 +224,77 @@ def test_loop_count_from_argument_recompiles_per_value():
         return x
 
     check_fn(repeat, lambda i: Args(randn(4), n=2 + i), graphs=2)
+
+
+class ConfigError(Exception):
+    pass
+
+
+def _validate(width):
+    if width % 2:
+        raise ConfigError(f"odd width {width}")
+    return width // 2
+
+
+def exception_from_inlined_call_caught(x, width):
+    try:
+        half = _validate(width)
+    except ConfigError as err:
+        return x * -1, str(err)
+    return x[:, :half], "ok"
+
+
+def finally_runs_on_return_path(x):
+    events = []
+    for i in range(3):
+        try:
+            if i == 1:
+                return x * i, events
+            events.append(i)
+        finally:
+            events.append(f"finally {i}")
+    return x, events
+
+
+def short_circuit_with_calls(x, items):
+    calls = []
+
+    def probe(name, value):
+        calls.append(name)
+        return value
+
+    if probe("a", len(items) > 5) and probe("b", True):
+        x = x * 2
+    if probe("c", not items) or probe("d", x.dim() == 2):
+        x = x + 1
+    return x, calls
+
+
+def nested_break_continue_else(x):
+    out = []
+    for i in range(4):
+        for j in range(4):
+            if j > i:
+                break
+            if (i + j) % 2:
+                continue
+            out.append(x * (i - j))
+        else:
+            out.append(x.sum())
+    return out
+
+
+@pytest.mark.parametrize(
+    "program,make_args",
+    [
+        (exception_from_inlined_call_caught, lambda i: (randn(3, 8), 4)),
+        (exception_from_inlined_call_caught, lambda i: (randn(3, 8), 3)),
+        (finally_runs_on_return_path, lambda i: (randn(3),)),
+        (short_circuit_with_calls, lambda i: (randn(3, 2), [])),
+        (short_circuit_with_calls, lambda i: (randn(3, 2), list(range(7)))),
+        (nested_break_continue_else, lambda i: (randn(2),)),
+    ],
+    ids=["caught-ok", "caught-error", "finally-return", "short-circuit-empty", "short-circuit-long", "nested-break"],
+)
+def test_exceptions_and_jumps(program, make_args):
+    check_fn(program, make_args)

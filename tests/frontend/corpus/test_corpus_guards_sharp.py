@@ -275,3 +275,44 @@ def test_cache_hit_counts_without_recompiles_over_many_calls():
     for _ in range(10):
         call_both(compiled, block, randn(2, 3), randn(3, 3))
     assert delta["cache_hits"] == 9 and delta["recompiles"] == 0 and delta["graphs"] == 1
+
+
+def _log_lines(capsys):
+    return [line for line in capsys.readouterr().err.splitlines() if "surge:recompiles" in line]
+
+
+class ModeScaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.scale = 1.0
+
+    def forward(self, x):
+        return self.fc(x) * (self.scale if self.training else -self.scale)
+
+
+def _to_double(module):
+    module.double()
+    return (randn(3, 4, dtype=torch.float64),)
+
+
+@pytest.mark.parametrize(
+    "change,word",
+    [
+        (lambda module: (randn(5, 4),), "shape"),
+        (_to_double, "float"),
+        (lambda module: module.eval() and (randn(3, 4),), "training"),
+        (lambda module: setattr(module, "scale", 9.0) or (randn(3, 4),), "scale"),
+    ],
+    ids=["shape", "dtype", "training", "attribute"],
+)
+def test_each_recompile_logs_one_line_naming_its_cause(monkeypatch, capsys, change, word):
+    monkeypatch.setenv("SURGE_LOGS", "recompiles")
+    module = ModeScaled()
+    compiled = surge.compile(module, backend=RecordingBackend())
+    call_both(compiled, module, randn(3, 4))
+    _log_lines(capsys)
+    call_both(compiled, module, *change(module))
+    lines = _log_lines(capsys)
+    assert len(lines) == 1, lines
+    assert word in lines[0], lines[0]

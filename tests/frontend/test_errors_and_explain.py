@@ -1,0 +1,121 @@
+"""Unsupported constructs, internal errors and failing backends: eager fallback, or
+errors naming the user's file:line under fullgraph=True; and surge.explain."""
+import inspect
+import os
+
+import pytest
+import torch
+
+import surge
+from frontend_helpers import Recorder, same
+from surge.errors import BackendCompilerFailed, InternalError, Unsupported
+
+
+def helper_with_item(x):
+    return x * x.sum().item()  # MARK
+
+
+def calls_helper(x):
+    return helper_with_item(x + 1)
+
+
+def line_of(fn, marker="# MARK"):
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, text in enumerate(lines) if marker in text)
+
+
+def test_fallback_runs_eagerly_once_per_guarded_entry():
+    rec = Recorder()
+    compiled = surge.compile(calls_helper, backend=rec)
+    for _ in range(3):
+        x = torch.randn(3)
+        same(compiled(x), calls_helper(x))
+    assert rec.graphs == []
+    assert surge.counters["fallbacks"] == 1 and surge.counters["cache_hits"] == 2
+
+
+def test_fullgraph_error_names_the_innermost_user_line():
+    compiled = surge.compile(calls_helper, fullgraph=True)
+    with pytest.raises(Unsupported) as info:
+        compiled(torch.randn(3))
+    message = str(info.value)
+    assert f"{os.path.basename(__file__)}:{line_of(helper_with_item)}" in message
+    assert "item()" in message and "x.sum().item()" in message
+
+
+@pytest.mark.parametrize("construct", ["print", "graph_break", "branch", "numpy"])
+def test_unsupported_constructs_fall_back(construct):
+    def f(x):
+        y = x * 2
+        if construct == "print":
+            print("value", y.shape)
+        elif construct == "graph_break":
+            surge.graph_break()
+        elif construct == "branch":
+            if y.sum() > 0:
+                y = y + 1
+        else:
+            y = y + float(y.numpy().sum())
+        return y
+
+    rec = Recorder()
+    compiled = surge.compile(f, backend=rec)
+    x = torch.randn(3)
+    same(compiled(x), f(x))
+    assert rec.graphs == [] and surge.counters["fallbacks"] == 1
+    report = surge.explain(f)(x)
+    assert report.graph_count == 0 and report.graph_break_count == 1
+    assert f"{os.path.basename(__file__)}:" in str(report)
+
+
+def test_failing_backend_falls_back_or_raises():
+    def broken(gm, example_inputs):
+        raise RuntimeError("backend exploded")
+
+    def f(x):
+        return x + 1
+
+    x = torch.randn(2)
+    same(surge.compile(f, backend=broken)(x), x + 1)
+    assert surge.counters["fallbacks"] == 1
+    with pytest.raises(BackendCompilerFailed, match="backend exploded"):
+        surge.compile(f, backend=broken, fullgraph=True)(x)
+
+
+def test_internal_errors_fall_back_unless_asked(monkeypatch):
+    from surge.frontend.interpreter import registry
+
+    def explode(frame, inst):
+        raise ZeroDivisionError("bug in a handler")
+
+    monkeypatch.setitem(registry.HANDLERS, "BINARY_OP", explode)
+
+    def f(x):
+        return x + 1
+
+    x = torch.randn(2)
+    same(surge.compile(f)(x), x + 1)
+    assert surge.counters["fallbacks"] == 1
+    surge.reset()
+    with pytest.raises(InternalError, match="bug in a handler"):
+        surge.compile(f, fullgraph=True)(x)
+    surge.reset()
+    with pytest.raises(ZeroDivisionError):
+        surge.compile(f, options={"raise_internal_errors": True})(x)
+
+
+def test_explain_reports_graphs_guards_and_ops():
+    def f(x, w):
+        return torch.softmax(x @ w, dim=-1).sum(0)
+
+    report = surge.explain(f)(torch.randn(2, 3), torch.randn(3, 4))
+    assert report.graph_count == 1 and report.graph_break_count == 0 and report.fallbacks == []
+    assert report.ops_per_graph == [["operator.matmul", "torch.softmax", "Tensor.sum"]]
+    assert isinstance(report.graphs[0], torch.fx.GraphModule)
+    assert "L['x']: Tensor(float32" in report.guards[0]
+    text = str(report)
+    assert "Graph count: 1" in text and "Guards of cache entry 1" in text
+    # explain uses its own cache: a later compile still captures.
+    rec = Recorder()
+    surge.compile(f, backend=rec)(torch.randn(2, 3), torch.randn(3, 4))
+    assert len(rec.graphs) == 1

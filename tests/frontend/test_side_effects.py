@@ -1,0 +1,91 @@
+"""Writes to state outside the frame are replayed after the graph runs."""
+import torch
+import torch.nn as nn
+
+from frontend_helpers import compile_strict, same
+
+CALLS = 0
+
+
+def counted(x):
+    global CALLS
+    CALLS += 1
+    return x + CALLS
+
+
+def test_global_store_is_replayed():
+    global CALLS
+    CALLS = 0
+    compiled, rec = compile_strict(counted)
+    x = torch.randn(2)
+    for expected in (1, 2, 3):
+        same(compiled(x), x + expected)
+        assert CALLS == expected
+
+
+def test_nonlocal_counter():
+    def make():
+        n = 0
+
+        def step(x):
+            nonlocal n
+            n += 1
+            return x * n
+        return step
+
+    step = make()
+    compiled, _ = compile_strict(step)
+    x = torch.randn(2)
+    for expected in (1, 2, 3):
+        same(compiled(x), x * expected)
+
+
+def test_input_list_and_dict_mutations_reach_the_caller():
+    def f(xs, d, x):
+        xs.append(x * 2)
+        d["y"] = x + 1
+        del d["drop"]
+        return len(xs)
+
+    compiled, _ = compile_strict(f)
+    xs, d, x = [torch.randn(2)], {"drop": 1, "keep": 2}, torch.randn(2)
+    assert compiled(xs, d, x) == 2
+    assert len(xs) == 2 and list(d) == ["keep", "y"]
+    torch.testing.assert_close(xs[1], x * 2)
+    torch.testing.assert_close(d["y"], x + 1)
+
+
+class Counter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.steps = 0
+
+    def forward(self, x):
+        self.steps += 1
+        self.last = x * 2
+        return self.lin(self.last) + self.steps
+
+
+def test_module_attribute_stores():
+    module = Counter()
+    compiled, _ = compile_strict(module)
+    x = torch.randn(1, 2)
+    out = compiled(x)
+    assert module.steps == 1
+    torch.testing.assert_close(module.last, x * 2)
+    torch.testing.assert_close(out, module.lin(x * 2) + 1)
+    compiled(x)
+    assert module.steps == 2
+
+
+def test_in_place_tensor_updates_of_inputs():
+    def f(x, buf):
+        buf.add_(1)
+        x[0] = 0.0
+        return x
+
+    compiled, _ = compile_strict(f)
+    x, buf = torch.randn(3), torch.zeros(2)
+    assert compiled(x, buf) is x
+    assert x[0] == 0 and torch.equal(buf, torch.ones(2))
