@@ -89,13 +89,16 @@ def rel_error(out, ref):
     return ((out.double() - ref).norm() / ref.norm()).item()
 
 
-def surge_compile(fn, args):
+def surge_compile(fn, args, autotune=False):
     import torch._decomp
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from surge.backends.triton import compile_aten_graph
     gm = make_fx(fn, decomposition_table=torch._decomp.core_aten_decompositions())(*args)
-    return compile_aten_graph(gm, list(args))
+    return compile_aten_graph(gm, list(args), autotune=autotune)
+
+
+AUTOTUNE = False
 
 
 def run_table(rows, cols):
@@ -107,7 +110,7 @@ def run_table(rows, cols):
             args = make_inputs(name, rows, cols, dtype)
             row = {"workload": name, "dtype": str(dtype).replace("torch.", "")}
             try:
-                compiled = surge_compile(fn, args)
+                compiled = surge_compile(fn, args, autotune=AUTOTUNE)
                 out = compiled(*args)
                 ref = fn(*[a.double() for a in args])
                 row["kernels"] = len(compiled.kernel_names)
@@ -192,7 +195,10 @@ def main():
     parser.add_argument("--json")
     parser.add_argument("--compile-times", action="store_true")
     parser.add_argument("--child", nargs=2)
+    parser.add_argument("--autotune", action="store_true", help="time candidate configs (table only)")
     args = parser.parse_args()
+    global AUTOTUNE
+    AUTOTUNE = args.autotune
     if args.child:
         print(f"SECONDS {compile_time_child(*args.child, 1024, 1024):.4f}")
         return

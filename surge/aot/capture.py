@@ -33,7 +33,7 @@ from .tracer import AtenTracer, TracerTensor
 class OutputSpec:
     """How the runtime produces one (flattened) user output."""
 
-    kind: str                # "graph" | "input_view" | "output_view" | "constant"
+    kind: str                # "graph" | "input_view" | "output_view" | "constant_view" | "constant"
     index: int = -1          # graph-output index ("graph", "output_view") or input index
     chain: tuple[ViewStep, ...] = ()
     value: Any = None        # the constant ("constant"), or the real tensor a view is of
@@ -221,6 +221,12 @@ def insert_copy_back(gm: torch.fx.GraphModule, mutated: list[int], input_names: 
     gm.recompile()
 
 
+def _is_base(owner) -> bool:
+    # The tensor that was the storage's base, if it still is (a metadata
+    # mutation such as ``t_()`` can have turned it into a view since).
+    return owner is not None and not owner._alias.chain
+
+
 def _check_mutated_inputs(mutated: list[int], tracers: list, values: list) -> None:
     storages: dict[int, int] = {}
     for v in values:
@@ -280,7 +286,7 @@ def _classify_outputs(tracer: AtenTracer, flat: list) -> tuple[list[OutputSpec],
         elif storage.constant:
             specs.append(OutputSpec("constant_view", chain=chain,
                                     value=tracer.constants[storage.base_node.target]))
-        elif storage_uses[id(storage)] > 1 and storage.owner is not None:
+        elif storage_uses[id(storage)] > 1 and _is_base(storage.owner):
             # Several outputs share one intermediate storage: return its base once
             # and replay each view on it, so they alias each other as in eager.
             specs.append(OutputSpec("output_view", index=value_slot(id(storage), storage.owner),

@@ -94,13 +94,15 @@ class AotCompiled:
         forward = program.graph_module
         insert_copy_back(forward, program.mutated_inputs, program.input_names)
         forward = self._passes(forward, "forward")
-        logs.log("aot", f"inference graph:\n{forward.print_readable(print_output=False)}")
+        if logs.enabled("aot"):
+            logs.log("aot", f"inference graph:\n{forward.print_readable(print_output=False)}")
         return InferenceRunner(program, self.fw_compiler(forward, inputs))
 
     def _compile_training(self, inputs, flags) -> TrainingRunner:
         program = trace_program(self.gm, self._user_inputs(inputs), lift_state=True, grad_inputs=flags)
         joint = self._passes(program.graph_module, "joint")
-        logs.log("aot", f"joint graph:\n{joint.print_readable(print_output=False)}")
+        if logs.enabled("aot"):
+            logs.log("aot", f"joint graph:\n{joint.print_readable(print_output=False)}")
         parts = partition_joint(joint, num_inputs=program.num_inputs, num_tangents=program.num_tangents,
                                 num_forward_outputs=len(program.mutated_inputs) + program.num_values)
         forward, backward = parts.forward, parts.backward
@@ -110,9 +112,10 @@ class AotCompiled:
         forward = self._passes(forward, "forward")
         backward = self._passes(backward, "backward")
         prune_unused_saved(forward, backward, num_values=program.num_values)
-        logs.log("aot", f"partition saves {parts.num_saved} tensors ({parts.saved_bytes} bytes)\n"
-                        f"forward graph:\n{forward.print_readable(print_output=False)}\n"
-                        f"backward graph:\n{backward.print_readable(print_output=False)}")
+        if logs.enabled("aot"):
+            logs.log("aot", f"partition saves {parts.num_saved} tensors ({parts.saved_bytes} bytes)\n"
+                            f"forward graph:\n{forward.print_readable(print_output=False)}\n"
+                            f"backward graph:\n{backward.print_readable(print_output=False)}")
         bw_inputs = [_example_like(n.meta["val"], n.meta["device"])
                      for n in backward.graph.nodes if n.op == "placeholder"]
         return TrainingRunner(program, self.fw_compiler(forward, inputs),

@@ -83,19 +83,19 @@ CORE_OP_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
 CORE_PACKETS: frozenset[str] = frozenset(
     name for _, names in CORE_OP_GROUPS.values() for name in names
 )
-RANDOM_PACKETS: frozenset[str] = frozenset(CORE_OP_GROUPS["random"][1])
 
 # Ops torch's table can decompose but surge keeps as extern calls, and why.
 KEEP_EXTERN: dict[str, str] = {
-    "_to_copy": "core already",
-    "embedding_dense_backward": "the decomposition builds an index_put with accumulate; "
-                                "the extern kernel is faster and deterministic",
-    "_scaled_dot_product_flash_attention": "attention kernels stay library calls",
-    "_scaled_dot_product_efficient_attention": "attention kernels stay library calls",
-    "_scaled_dot_product_flash_attention_for_cpu": "attention kernels stay library calls",
-    "nll_loss2d_forward": "decomposition is slower than the kernel",
-    "nll_loss2d_backward": "decomposition is slower than the kernel",
+    "embedding_dense_backward": "its decomposition is an accumulating index_put over the whole "
+                                "table; the library kernel handles repeated indices directly",
+    "_scaled_dot_product_flash_attention": "fused attention stays a library call: a decomposition "
+                                           "materializes the full attention matrix",
+    "_scaled_dot_product_efficient_attention": "fused attention stays a library call: a decomposition "
+                                               "materializes the full attention matrix",
+    "_scaled_dot_product_flash_attention_for_cpu": "fused attention stays a library call: a "
+                                                   "decomposition materializes the full attention matrix",
 }
+
 
 def packet_name(op) -> str:
     return op._schema.name.split("::", 1)[1]

@@ -78,8 +78,9 @@ class AliasState:
 # Views whose value is the input's value: no node is recorded for them.
 IDENTITY_VIEWS = frozenset({"alias", "detach", "lift_fresh"})
 
-# Ops that change a tensor's sizes/strides in place: functional graphs cannot
-# express them on a tensor that other code still holds.
+# Ops that change a tensor's sizes/strides in place. On a tensor made inside the
+# graph the tracer turns the tensor into the equivalent view; on a graph input
+# (whose caller would see new sizes), and for resize_/set_, they are refused.
 METADATA_MUTATIONS = frozenset({
     "resize_", "resize_as_", "set_", "t_", "transpose_", "squeeze_", "unsqueeze_",
     "as_strided_", "swapdims_", "swapaxes_", "detach_",
@@ -115,7 +116,7 @@ def functional_variant(op):
     # out= form: the overload of the same packet with the non-out arguments.
     written = set(mutated_arguments(op))
     wanted = [a.name for a in schema.arguments if a.name not in written]
-    packet = getattr(aten, name)
+    packet = getattr(getattr(torch.ops, op.namespace), name)
     for overload_name in packet.overloads():
         candidate = getattr(packet, overload_name)
         if mutated_arguments(candidate):

@@ -277,7 +277,9 @@ class AtenTracer:
         view_op = fz.metadata_mutation_view(func)
         if view_op is None or not isinstance(target, TracerTensor):
             raise Unsupported(f"{func} changes a tensor's sizes or strides in place; use the out-of-place form")
-        if target._alias.storage.input_index is not None or target._alias.storage.constant:
+        storage = target._alias.storage
+        if not target._alias.chain and (storage.input_index is not None or storage.constant):
+            # The caller holds this very tensor and would see its new sizes.
             raise Unsupported(f"{func} changes the sizes or strides of a graph input in place")
         view = self.dispatch(view_op, args, kwargs)
         with torch._C._DisableTorchDispatch():

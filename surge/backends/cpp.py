@@ -76,7 +76,7 @@ def compile_aten_graph_cpp(aten_gm: torch.fx.GraphModule, example_inputs, option
 
 def compile_aten_graphs_cpp(graphs, options: Options | None = None, *, cxx: str | None = None) -> list:
     """Several ``(aten_gm, example_inputs)`` into one library: one compiler run for all of them."""
-    from ..codegen.cpp.module import PRELUDE
+    from ..codegen.cpp.prelude import PRELUDE
     from ..runtime.cpp_build import load_library
 
     start = time.perf_counter()
@@ -95,12 +95,10 @@ def compile_aten_graphs_cpp(graphs, options: Options | None = None, *, cxx: str 
 
 
 def _host_module(aten_gm, example_inputs, options: Options, cache_dir: str, toolchain, prefix: str) -> dict:
-    """The graph's generated host module: from the disk cache, or lowered, scheduled and generated."""
-    from ..codegen.cpp.host import generate_host_module
-    from ..codegen.cpp.module import generate_cpp_module
-    from ..lowering.lower import lower_graph
+    """The graph's generated host module: from the disk cache, or lowered, scheduled and generated.
+
+    A cache hit imports nothing of lowering, scheduling or code generation."""
     from ..runtime import code_cache
-    from ..schedule import schedule_graph
 
     constants = _constants_of(aten_gm)
     key = code_cache.graph_key(aten_gm, example_inputs, constants,
@@ -111,13 +109,19 @@ def _host_module(aten_gm, example_inputs, options: Options, cache_dir: str, tool
         with open(path) as f:
             source = f.read()
     else:
+        from ..codegen.cpp.host import generate_host_module
+        from ..codegen.cpp.module import generate_cpp_module
+        from ..lowering.lower import lower_graph
+        from ..schedule import schedule_graph
+
         graph, _ = lower_graph(aten_gm, example_inputs)
         if graph.device.type != "cpu":
             raise SurgeError(f"the cpp backend runs CPU tensors, this graph's are on {graph.device}")
         schedule = schedule_graph(graph)
         source = generate_host_module(schedule, generate_cpp_module(schedule, prefix))
         code_cache.write_module(path, source)
-    logs.log("output_code", f"{path}\n{source}")
+    if logs.enabled("output_code"):
+        logs.log("output_code", f"{path}\n{source}")
     if options.debug_dir:
         os.makedirs(options.debug_dir, exist_ok=True)
         with open(os.path.join(options.debug_dir, f"graph_{key[:12]}_cpp.py"), "w") as f:

@@ -54,8 +54,12 @@ def _constants_of(gm: torch.fx.GraphModule) -> list:
 
 
 def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Options | None = None, *,
-                       persistent_limit: int = PERSISTENT_REDUCTION_LIMIT) -> CompiledGraph:
-    """Lower, schedule and generate code for one ATen graph; reuse the disk cache when it can."""
+                       persistent_limit: int = PERSISTENT_REDUCTION_LIMIT, autotune: bool = False) -> CompiledGraph:
+    """Lower, schedule and generate code for one ATen graph; reuse the disk cache when it can.
+
+    ``autotune``: time each kernel's candidate configs on its first call (on a GPU) and
+    store the winner on disk; otherwise a stored winner or the default config is used.
+    """
     from ..codegen.triton.module import generate_module
     from ..lowering.lower import lower_graph
     from ..runtime import code_cache
@@ -84,7 +88,7 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
         with open(os.path.join(options.debug_dir, f"graph_{key[:12]}.py"), "w") as f:
             f.write(source)
     module = code_cache.load_module(path)
-    launchers = {name: make_launcher(getattr(module, name), name, meta, source, cache_dir)
+    launchers = {name: make_launcher(getattr(module, name), name, meta, source, cache_dir, autotune)
                  for name, meta in module.KERNELS.items()}
     call = module.make_call(launchers)
     elapsed = time.perf_counter() - start

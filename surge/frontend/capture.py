@@ -148,12 +148,13 @@ def _fallback(tracer: Tracer, fn, error: Unsupported, start) -> CacheEntry:
 
 
 def _lazy_diagnosis(tracer: Tracer):
-    """The per-guard diagnosis function, generated on the first miss that needs it."""
-    made = []
+    """The per-guard diagnosis function, generated on the first miss that needs it.
+    (It keeps the guards and constants only, not the tracer and its example inputs.)"""
+    guards, consts, made = tracer.guards, tracer.consts, []
 
     def diagnose(fn, args, kwargs):
         if not made:
-            made.append(generate_diagnosis(tracer.guards, tracer.consts))
+            made.append(generate_diagnosis(guards, consts))
         return made[0](fn, args, kwargs)
     return diagnose
 

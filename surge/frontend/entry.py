@@ -99,7 +99,25 @@ class CompiledModule(torch.nn.Module):
             self._orig_mod.training = mode
 
     def forward(self, *args, **kwargs):
+        original = self._orig_mod
+        if original._forward_pre_hooks or original._forward_hooks:
+            return self._forward_with_hooks(original, args, kwargs)
         return self._compiled_forward(*args, **kwargs)
+
+    def _forward_with_hooks(self, original, args, kwargs):
+        """The original module's own hooks run around the compiled forward, as eager runs them."""
+        if original._forward_hooks_with_kwargs or original._forward_pre_hooks_with_kwargs:
+            return original(*args, **kwargs)
+        for hook in list(original._forward_pre_hooks.values()):
+            result = hook(original, args)
+            if result is not None:
+                args = result if isinstance(result, tuple) else (result,)
+        output = self._compiled_forward(*args, **kwargs)
+        for hook in list(original._forward_hooks.values()):
+            result = hook(original, args, output)
+            if result is not None:
+                output = result
+        return output
 
     def __getattr__(self, name):
         try:

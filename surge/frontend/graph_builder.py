@@ -22,7 +22,6 @@ class GraphBuilder:
         self.inputs: list[tuple[Source, torch.Tensor]] = []
         self._placeholder_by_source: dict[Source, torch.fx.Node] = {}
         self._last_placeholder: torch.fx.Node | None = None
-        self.op_count = 0
 
     def placeholder(self, source: Source, real: torch.Tensor, name_hint: str) -> torch.fx.Node:
         node = self._placeholder_by_source.get(source)
@@ -45,7 +44,6 @@ class GraphBuilder:
         return node
 
     def create_node(self, kind: str, target, args: tuple, kwargs: dict, stack_trace: str):
-        self.op_count += 1
         node = self.graph.create_node(kind, target, args, kwargs)
         node.meta["stack_trace"] = stack_trace
         return node

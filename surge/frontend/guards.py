@@ -78,6 +78,10 @@ class GuardSet:
         elif type(value) in VALUE_TYPES:
             self.add(source, f"type({{v}}) is {type(value).__name__} and {{v}} == {value!r}",
                      f"{source.name()} == {value!r}")
+        elif isinstance(value, (range, slice, frozenset)):
+            ref = self.consts.ref(value, type(value).__name__)
+            cls = self.consts.ref(type(value), type(value).__name__)
+            self.add(source, f"type({{v}}) is {cls} and {{v}} == {ref}", f"{source.name()} == {value!r}")
         elif isinstance(value, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
             ref = self.consts.ref(value, str(value).replace("torch.", "").replace(":", "_"))
             self.add(source, f"{{v}} == {ref} and type({{v}}) is {type(value).__name__}",

@@ -70,6 +70,10 @@ class ReturnCodegen:
                     return items
                 return f"{self.codegen.consts.ref(type(value.value), type(value.value).__name__)}({items})"
             return self.const(value.value, type(value.value).__name__)
+        if isinstance(value, (TupleVariable, ListVariable, DictVariable, SetVariable)) and value.source is not None:
+            # A container read from the inputs is returned as that same object
+            # (its mutations, if any, are replayed into it before the return).
+            return self.codegen.value_of(value.source)
         if isinstance(value, TupleVariable):
             items = "".join(self.expr(i) + ", " for i in value.items)
             if value.cls is None:

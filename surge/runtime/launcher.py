@@ -1,4 +1,4 @@
-"""Kernel launchers: pick a config on the first call, then launch with it.
+"""Kernel launchers: pick a config on the first call (autotuning when asked), then launch with it.
 
 ``make_launcher`` returns a plain function ``launch(*pointer_args)`` that the
 generated wrapper calls; sizes, grid and config are bound in its closure.
@@ -17,7 +17,7 @@ def _grid(meta: dict, config: dict) -> tuple:
     return ((meta["xnumel"] + xblock - 1) // xblock,)
 
 
-def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str):
+def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tune: bool = False):
     interpret = interpreting()
     configs = autotune.candidate_configs(meta, interpret)
     sizes = (meta["xnumel"], meta["rnumel"]) if meta["reduction"] else (meta["xnumel"],)
@@ -34,6 +34,8 @@ def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str):
         found = autotune.load_choice(cache_dir, key)
         if found is not None:
             return found["config"]
+        if not tune:
+            return configs[0]
         start = time.perf_counter()
         best, timings = autotune.benchmark(lambda c: run(args, c), configs)
         autotune.store_choice(cache_dir, key, best, timings)

@@ -23,7 +23,7 @@ KNOWN_FALLBACKS = {
     'unique_consecutive': 'aten.unique_consecutive: its output size depends on tensor data; a static graph cannot hold it',
     'histogram': 'aten.histogram.bin_ct has no meta kernel, so surge cannot trace it (aten::histogram.bin_ct: attempted to run this operator with Meta tensors, but ther',
     'histogramdd': 'aten._histogramdd_bin_edges.default has no meta kernel, so surge cannot trace it (aten::_histogramdd_bin_edges: attempted to run this operator with Me',
-    'bucketize': 'prims.item.default cannot be traced on meta tensors: Cannot cast tensor(140435500506432) to number',
+    'bucketize': 'prims.item.default cannot be traced on meta tensors: Cannot cast tensor(94561065291888) to number',
     'resize_': "aten.resize_.default changes a tensor's sizes or strides in place; use the out-of-place form",
     'resize_as_': "aten.resize_as_.default changes a tensor's sizes or strides in place; use the out-of-place form",
     'to_sparse': 'aten._to_sparse.default has no meta kernel, so surge cannot trace it (aten::_to_sparse: attempted to run this operator with Meta tensors, but there wa',

@@ -201,3 +201,20 @@ def test_input_updated_after_its_use_keeps_old_value_for_backward():
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(model.s, reference.s)
     torch.testing.assert_close(model.ema, reference.ema)
+
+
+def test_extern_attention_kernel_forward_and_backward():
+    def f(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    q, k, v = (torch.randn(2, 2, 8, 16, requires_grad=True) for _ in range(3))
+    record = {}
+    compiled = compile_aot(f, [q, k, v], record=record, boxed=True)
+    cotangent = torch.randn(2, 2, 8, 16)
+    got = torch.autograd.grad(compiled(q, k, v), [q, k, v], cotangent)
+    want = torch.autograd.grad(f(q, k, v), [q, k, v], cotangent)
+    torch.testing.assert_close(got, want)
+    forward, backward = record["graphs"]
+    # fused attention stays one library call each way, not a decomposition
+    assert any("scaled_dot_product" in str(t) for t in call_targets(forward))
+    assert any("scaled_dot_product" in str(t) and "backward" in str(t) for t in call_targets(backward))

@@ -5,6 +5,7 @@ import torch
 import torch.nn as nn
 
 import surge
+import surge.aot
 from surge.aot.backend import aot_eager_backend
 from surge.aot.decompositions import describe_core_set
 from surge.backends import lookup_backend
@@ -86,3 +87,20 @@ def test_docs_list_core_set_and_known_fallbacks():
     assert describe_core_set() in doc
     for name in KNOWN_FALLBACKS:
         assert f"| {name} |" in doc, name
+
+
+def test_aten_nodes_carry_the_users_source_location():
+    torch._dynamo.reset()
+    seen = {}
+
+    def recording_backend(gm, example_inputs):
+        seen["aten"] = surge.aot.trace_aten(gm, example_inputs)
+        return gm.forward
+
+    def user_function(x):
+        return torch.nn.functional.gelu(x) * 3
+
+    torch.compile(user_function, backend=recording_backend)(torch.randn(4))
+    traces = [n.meta.get("stack_trace", "") for n in seen["aten"].graph.nodes if n.op == "call_function"]
+    assert traces and all("user_function" in t and __file__ in t for t in traces)
+    torch._dynamo.reset()

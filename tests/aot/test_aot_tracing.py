@@ -228,3 +228,41 @@ def test_trace_without_decompositions_keeps_ops():
 
     gm = trace_aten(torch.fx.symbolic_trace(f), [torch.randn(3)], decompose=False)
     assert aten.gelu.default in call_targets(gm)
+
+
+def test_views_of_views_and_metadata_mutations():
+    def f(x, y):
+        a = x[1:]
+        b = a.t()
+        b[0].fill_(5)              # through slice + transpose + select into an input
+        c = x.view(-1)             # an alias made after the write sees it
+        x.mul_(2)
+        d = y.unsqueeze(0)
+        d.squeeze_(0)              # metadata change of a view of an input
+        e = y * 1
+        e.unsqueeze_(1)            # metadata changes of a tensor made in the graph
+        e.transpose_(0, 1)
+        e[0, 1:].zero_()
+        parts = e.split(2, dim=1)
+        parts[1].add_(100)         # through a multi-output view
+        return a.sum(), c.clone(), b, e, parts[0], d
+
+    x, y = torch.randn(4, 4), torch.randn(5)
+    x_eager, x_compiled = x.clone(), x.clone()
+    expected = f(x_eager, y)
+    compiled = compile_aot(f, [x.clone(), y])
+    actual = compiled(x_compiled, y)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e)
+        assert a.stride() == e.stride()
+    torch.testing.assert_close(x_compiled, x_eager)
+    assert actual[2]._base is x_compiled and actual[5]._base is y
+
+
+def test_metadata_mutation_of_an_input_is_refused():
+    def f(x):
+        x.unsqueeze_(0)
+        return x + 1
+
+    with pytest.raises(Unsupported, match="graph input"):
+        trace_aten(torch.fx.symbolic_trace(f), [torch.randn(3)])

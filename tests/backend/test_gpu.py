@@ -45,7 +45,7 @@ def test_programs_match_eager_on_gpu(name, dtype):
 
 def test_autotuning_result_is_cached_on_disk():
     fn, make = PROGRAMS["softmax"]
-    c = compile_fn(fn, *make(torch.float32))
-    c(*make(torch.float32))
+    c = compile_fn(fn, *make(torch.float32), autotune=True)
+    assert_matches_eager(fn, c, *make(torch.float32), atol=1e-5, rtol=1e-5)
     folder = os.path.join(os.environ["SURGE_CACHE_DIR"], "autotune")
     assert os.listdir(folder)

@@ -23,6 +23,13 @@ def _special(*shape):
     return x
 
 
+def _math_specials():
+    """NaN, infinities, signed zeros, and magnitudes where vector math takes its slow paths."""
+    edge = torch.tensor([NAN, INF, -INF, 0.0, -0.0, 1e-30, -1e-30, 88.7, 88.8, -87.3, -103.9, -104.5,
+                         9.0, -9.5, 1e4, -1e4, 1e6, 3e7, -1e30, 1e38, 1.5707964, 3.1415927, 0.625, -0.55])
+    return (torch.cat([edge, randn(64) * 4, edge.flip(0)]),)
+
+
 def _r(*shape, dtype=torch.float32):
     return lambda: (randn(*shape, dtype=dtype),)
 
@@ -82,6 +89,10 @@ CASES = {
     "nan_reductions": (lambda x: (x.amax(-1), x.amin(-1), x.sum(-1), x.argmax(-1), x.argmin(-1),
                                   torch.softmax(x, -1), x.var(-1), x.max(-1).values),
                        lambda: (_special(7, 9),)),
+    # glibc's vector math on the vectorized path: NaN/inf/-0.0 and large magnitudes as eager
+    "math_specials": (lambda x: (torch.exp(x), torch.tanh(x), torch.sin(x), torch.cos(x), torch.erf(x),
+                                 torch.sigmoid(x), torch.log(x.abs()), torch.expm1(x), torch.atan(x)),
+                      _math_specials),
     "inf_rows": (lambda x: (x.amax(-1), torch.logsumexp(x, -1), x.argmax(-1)),
                  lambda: (torch.tensor([[-INF, -INF, -INF], [INF, 1.0, -INF], [NAN, INF, 2.0]]),)),
 }

@@ -142,3 +142,39 @@ def test_exception_path_taken_only_when_raised():
     same(compiled(x, "a"), exceptions(x, "a"))
     same(compiled(x, "zz"), exceptions(x, "zz"))
     assert len(rec.graphs) == 2
+
+
+def test_frame_snapshot_records_stack_locals_and_with_blocks():
+    """The state a graph break needs at an instruction: stack, locals, open `with` blocks."""
+    from surge.frontend.interpreter import Frame
+    from surge.frontend.interpreter.registry import HANDLERS as handlers
+    from surge.frontend.tracer import Tracer
+    from surge.frontend.binding import bind_root
+    from surge.options import Options
+
+    def f(x):
+        with torch.no_grad():
+            y = x * 2
+            surge_marker = y + 1  # noqa: F841
+        return y
+
+    snapshots = []
+    original = handlers["STORE_FAST"]
+
+    def recording_store(frame, inst):
+        original(frame, inst)
+        if inst.argval == "surge_marker":
+            snapshots.append(frame.snapshot())
+
+    handlers["STORE_FAST"] = recording_store
+    try:
+        tracer = Tracer(Options())
+        x = torch.randn(2)
+        frame = Frame(tracer, f.__code__, f.__globals__, bind_root(tracer, f, (x,), {}), {})
+        frame.run()
+    finally:
+        handlers["STORE_FAST"] = original
+    (snap,) = snapshots
+    assert {"x", "y", "surge_marker"} <= set(snap.locals)
+    assert len(snap.blocks) == 1 and snap.blocks[0].target_mode is False
+    assert snap.stack  # the with block's __exit__ is on the stack

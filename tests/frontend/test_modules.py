@@ -123,3 +123,13 @@ def test_bound_method_compiles_with_its_object():
     compiled = surge.compile(module.forward)
     x = torch.randn(1, 2)
     same(compiled(x), module(x))
+
+
+def test_hooks_on_the_compiled_module_itself_run():
+    module = nn.Linear(3, 3)
+    compiled, rec = compile_strict(module)
+    module.register_forward_pre_hook(lambda m, inputs: (inputs[0] * 2,))
+    module.register_forward_hook(lambda m, inputs, output: output + 1)
+    x = torch.randn(2, 3)
+    same(compiled(x), module(x))
+    assert len(rec.graphs) == 1

@@ -25,6 +25,7 @@ import torch
 from ...lowering.values import Constant, IndexValue, Load, Masked, Op
 from ..common import KernelPlan, format_index
 from .ops import OP_RULES, cast_expr, compute_dtype, ctype, literal, load_expr, storage_type, store_expr
+from .row_cache import RowCachePlanner
 
 # Below this many elements of work a kernel runs on one thread: waking the
 # OpenMP team costs more than it saves.
@@ -88,6 +89,8 @@ class CppKernelWriter:
         self.counter = 0
         self._r_dep: dict[int, bool] = {}
         self.row: Scope | None = None
+        self.row_cache: dict[int, str] = {}     # id(value) -> its scratch array (see row_cache.py)
+        self.row_cache_written: set = set()
         self.parallel = self.xnumel * self.rnumel >= PARALLEL_MIN_ELEMENTS
 
     # -- names -----------------------------------------------------------------
@@ -135,7 +138,14 @@ class CppKernelWriter:
         found = scope.lookup(id(v))
         if found is not None:
             return found
-        out = self._emit(scope, v)
+        cache = self.row_cache.get(id(v)) if scope.kind == "rloop" else None
+        if cache is not None and id(v) in self.row_cache_written:
+            out = Emitted(self.assign(scope, v.dtype, f"{cache}[{self.r_linear()}]"), v.dtype)
+        else:
+            out = self._emit(scope, v)
+            if cache is not None:
+                scope.lines.append(f"{cache}[{self.r_linear()}] = {out.name};")
+                self.row_cache_written.add(id(v))
         scope.memo[id(v)] = out
         return out
 
@@ -329,6 +339,18 @@ class CppKernelWriter:
         head = "#pragma omp parallel for simd schedule(static)" if whole_row_parallel else "#pragma omp simd"
         return {len(self.r_sizes) - 1: f"{head} {clauses}".rstrip()}
 
+    def plan_row_cache(self, row: Scope, row_stores: list) -> None:
+        """Declare the scratch arrays of values that several passes over the row need."""
+        passes = [[m.value for m in self.plan.members if m.role == "reduction" and m.stage == stage]
+                  for stage in range(self.plan.num_stages)]
+        passes.append([m.value for m in row_stores])
+        planner = RowCachePlanner(self.depends_on_r, self.plan.member, self.rnumel,
+                                  lambda v: compute_dtype(v.dtype).itemsize)
+        for k, v in enumerate(planner.plan(passes).values()):
+            name = f"row_cache{k}"
+            self.row_cache[id(v)] = name
+            row.lines.append(f"alignas(64) {ctype(v.dtype)} {name}[{self.rnumel}];")
+
     # -- the kernel ----------------------------------------------------------------
     def generate(self) -> CppKernel:
         top = Scope("top")
@@ -341,6 +363,8 @@ class CppKernelWriter:
             return self.finish(top)
         row = Scope("row", top)
         self.row = row
+        row_stores = [m for m in self.plan.members if m.stored and m.role == "xr"]
+        self.plan_row_cache(row, row_stores)
         for stage in range(self.plan.num_stages):
             members = [m for m in self.plan.members if m.role == "reduction" and m.stage == stage]
             accs = []
@@ -352,7 +376,6 @@ class CppKernelWriter:
             self.loop_nest(row, "r", self.r_sizes, loop, self.r_pragmas(accs))
             for m in members:
                 self.reduction_finish(row, m)
-        row_stores = [m for m in self.plan.members if m.stored and m.role == "xr"]
         if row_stores:
             loop = Scope("rloop", row)
             for m in row_stores:

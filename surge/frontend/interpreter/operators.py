@@ -143,7 +143,8 @@ def is_same(a: Variable, b: Variable, tx=None) -> bool:
         return same
     if a.is_constant() and b.is_constant():
         x, y = a.as_constant(), b.as_constant()
-        return x is y or (type(x) is type(y) and type(x) in (int, str, bool, float) and x == y and type(x) is not float)
+        # Small ints and interned strings are shared objects in CPython.
+        return x is y or (type(x) is type(y) and type(x) in (int, str) and x == y)
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
         return a.node is b.node
     key_a, key_b = getattr(a, "identity_key", None), getattr(b, "identity_key", None)

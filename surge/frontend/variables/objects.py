@@ -5,6 +5,7 @@ from __future__ import annotations
 import types
 
 import torch
+from torch.distributions.utils import lazy_property
 
 from ..sources import AttrSource, ConstSource, ModuleDictSource
 from .base import AttributeMissing, Variable, unsupported
@@ -45,6 +46,12 @@ def bind_class_attribute(tx, self_var: Variable, cls: type, name: str, value):
         if value.fget is None:
             raise AttributeMissing(name)
         return UserFunctionVariable(value.fget).call(tx, [self_var], {})
+    if isinstance(value, lazy_property):
+        # Computed on first read and then cached on the instance (torch.distributions).
+        result = UserFunctionVariable(value.wrapped).call(tx, [self_var], {})
+        if isinstance(self_var, NewObjectVariable):
+            self_var.attrs[name] = result
+        return result
     if hasattr(type(value), "__get__") and not isinstance(value, type):
         unsupported(f"descriptor {type(value).__name__} for attribute {name!r} of {cls.__qualname__}")
     return tx.wrap(value, None)

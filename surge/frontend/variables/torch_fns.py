@@ -18,6 +18,7 @@ TORCH_FUNCTION_RULES: dict = {}
 # Functions that change or read global state or tensor data: refused.
 UNSUPPORTED_TORCH_FUNCTIONS = {
     torch.manual_seed: "torch.manual_seed() in compiled code (global RNG state)",
+    torch.initial_seed: "torch.initial_seed() in compiled code (global RNG state)",
     torch.set_default_dtype: "torch.set_default_dtype() in compiled code",
     torch.is_nonzero: "torch.is_nonzero() reads tensor data",
     torch.equal: "torch.equal() reads tensor data into Python",
@@ -60,6 +61,9 @@ class TorchFunctionVariable(Variable):
         reason = UNSUPPORTED_TORCH_FUNCTIONS.get(self.fn)
         if reason is not None:
             unsupported(reason)
+        name = getattr(self.fn, "__name__", "")
+        if name.startswith(("set_", "seed", "use_deterministic")):
+            unsupported(f"torch.{name}() changes global state (not captured in a graph)")
         rule = TORCH_FUNCTION_RULES.get(self.fn)
         if rule is not None:
             return rule(tx, self.fn, args, kwargs)

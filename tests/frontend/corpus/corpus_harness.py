@@ -134,6 +134,7 @@ def compare_call(compiled, reference, args, rtol=None, atol=None):
     actual = compiled(*call.args, **call.kwargs)
     assert_same(actual, expected, "result", rtol, atol)
     assert_same(call.args, eager_call.args, "arguments after the call", rtol, atol)
+    assert_same(call.kwargs, eager_call.kwargs, "keyword arguments after the call", rtol, atol)
     return actual
 
 
@@ -161,6 +162,7 @@ def check_fn(
     expected_recompiles = graphs - 1 if recompiles is None else recompiles
     assert delta["recompiles"] == expected_recompiles, f"counters: {delta}"
     assert delta["cache_hits"] == calls - graphs, f"counters: {delta}"
+    assert delta["cache_misses"] == graphs, f"counters: {delta}"
     return backend
 
 

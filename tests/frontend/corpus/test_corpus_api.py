@@ -126,6 +126,19 @@ def unrolled_sum(x, n):
     return x
 
 
+# One program per cache-limit test: the limit warning is shown once per program.
+def unrolled_product(x, n):
+    for i in range(n):
+        x = x * (i + 1)
+    return x
+
+
+def unrolled_difference(x, n):
+    for i in range(n):
+        x = x - i
+    return x
+
+
 def surge_warnings(caplog, caught):
     logged = [r for r in caplog.records if r.name.startswith("surge") and r.levelno >= logging.WARNING]
     return len(logged) + len(caught)
@@ -148,18 +161,18 @@ def test_cache_size_limit_runs_eagerly_with_one_warning(caplog):
 
 def test_cache_size_limit_from_options():
     backend = RecordingBackend()
-    compiled = surge.compile(unrolled_sum, backend=backend, options={"cache_size_limit": 2})
+    compiled = surge.compile(unrolled_product, backend=backend, options={"cache_size_limit": 2})
     for n in range(6):
-        compare_call(compiled, unrolled_sum, (randn(4), n))
+        compare_call(compiled, unrolled_product, (randn(4), n))
     assert surge.counters["recompiles"] == 2 and len(backend.graphs) == 3
 
 
 def test_cache_size_limit_from_environment(monkeypatch):
     monkeypatch.setenv("SURGE_CACHE_SIZE_LIMIT", "1")
     backend = RecordingBackend()
-    compiled = surge.compile(unrolled_sum, backend=backend)
+    compiled = surge.compile(unrolled_difference, backend=backend)
     for n in range(4):
-        compare_call(compiled, unrolled_sum, (randn(4), n))
+        compare_call(compiled, unrolled_difference, (randn(4), n))
     assert surge.counters["recompiles"] == 1 and len(backend.graphs) == 2
 
 

@@ -316,3 +316,63 @@ def test_each_recompile_logs_one_line_naming_its_cause(monkeypatch, capsys, chan
     lines = _log_lines(capsys)
     assert len(lines) == 1, lines
     assert word in lines[0], lines[0]
+
+
+def test_same_tensor_twice_then_distinct_tensors():
+    def difference(a, b):
+        return a - b, a * b
+
+    backend = RecordingBackend()
+    compiled = surge.compile(difference, backend=backend)
+    x = randn(3)
+    call_both(compiled, difference, x, x)
+    call_both(compiled, difference, randn(3), randn(3))
+    y = randn(3)
+    call_both(compiled, difference, y, y)
+
+
+def test_same_tensor_twice_in_a_list_then_distinct():
+    def pairwise(xs):
+        return [a - b for a, b in zip(xs, xs[1:])]
+
+    compiled = surge.compile(pairwise, backend=RecordingBackend())
+    x = randn(3)
+    call_both(compiled, pairwise, [x, x, randn(3)])
+    call_both(compiled, pairwise, [randn(3), randn(3), randn(3)])
+
+
+SHARED_TABLE = torch.zeros(3)
+
+
+def add_table(x):
+    return x + SHARED_TABLE
+
+
+def test_argument_that_is_also_the_global_then_is_not(monkeypatch):
+    monkeypatch.setitem(globals(), "SHARED_TABLE", randn(3))
+    compiled = surge.compile(add_table, backend=RecordingBackend())
+    out = compiled(SHARED_TABLE)
+    torch.testing.assert_close(out, SHARED_TABLE * 2)
+    x = randn(3)
+    torch.testing.assert_close(compiled(x), x + SHARED_TABLE)
+
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(4, 4, bias=False)
+        self.dec = nn.Linear(4, 4, bias=False)
+        self.dec.weight = self.enc.weight
+
+    def forward(self, x):
+        return self.dec(torch.tanh(self.enc(x)))
+
+
+def test_tied_weights_untied_between_calls():
+    module = Tied()
+    compiled = surge.compile(module, backend=RecordingBackend())
+    call_both(compiled, module, randn(2, 4))
+    module.dec.weight = nn.Parameter(randn(4, 4))
+    call_both(compiled, module, randn(2, 4))
+    module.dec.weight = module.enc.weight
+    call_both(compiled, module, randn(2, 4))

@@ -1,6 +1,7 @@
 """Sharp corners of Python semantics inside captured programs: mutable defaults,
 global/nonlocal writes, dict merging, range objects, star-unpacking into calls,
 shapes used as Python tuples, containers built from tensors' metadata."""
+import dataclasses
 import math
 
 import pytest
@@ -268,3 +269,40 @@ def test_dict_argument_value_changed_recompiles():
     compare_call(compiled, scaled, Args(randn(3), {"scale": 2.0}))
     compare_call(compiled, scaled, Args(randn(3), {"scale": 3.0}))
     assert len(backend.graphs) == 2
+
+
+def test_set_frozenset_and_bytes_arguments():
+    def select(x, enabled, frozen, blob):
+        out = x
+        if "scale" in enabled:
+            out = out * 2
+        if "shift" in frozen:
+            out = out + len(blob)
+        return out, sorted(enabled | frozen), blob[::-1]
+
+    backend = RecordingBackend()
+    compiled = surge.compile(select, backend=backend)
+    compare_call(compiled, select, (randn(3), {"scale"}, frozenset({"shift"}), b"abc"))
+    compare_call(compiled, select, (randn(3), {"scale"}, frozenset({"shift"}), b"abc"))
+    compare_call(compiled, select, (randn(3), {"other"}, frozenset({"shift"}), b"abc"))
+    compare_call(compiled, select, (randn(3), {"other"}, frozenset(), b"abcd"))
+    assert len(backend.graphs) == 3 and surge.counters["cache_hits"] == 1
+
+
+def test_dataclass_argument_mutated_by_program():
+    @dataclasses.dataclass
+    class State:
+        step: int
+        history: list
+
+    def advance(x, state):
+        state.step += 1
+        state.history.append(state.step)
+        return x * state.step
+
+    compiled = surge.compile(advance, backend=RecordingBackend())
+    mine, theirs = State(0, []), State(0, [])
+    for _ in range(3):
+        x = randn(3)
+        torch.testing.assert_close(compiled(x, mine), advance(x, theirs))
+    assert mine == theirs

@@ -200,3 +200,16 @@ def returns_assorted_python_objects(x):
 
 def test_assorted_python_objects_returned():
     check_fn(returns_assorted_python_objects, mat)
+
+
+def test_returned_input_containers_and_objects_keep_identity():
+    def passthrough(x, xs, cfg, table):
+        xs.append(x * 2)
+        return xs, cfg, table, x + 1
+
+    compiled = surge.compile(passthrough, backend=RecordingBackend())
+    for _ in range(2):
+        xs, cfg, table = [randn(2)], Summary(1, "c"), {"k": 1}
+        out_xs, out_cfg, out_table, _ = compiled(randn(2), xs, cfg, table)
+        assert out_xs is xs and out_cfg is cfg and out_table is table
+        assert len(xs) == 2

@@ -214,3 +214,22 @@ def test_keyword_order_does_not_change_results():
     compare_call(compiled, combine, Args(randn(3), a=2.0, b=1.0))
     compare_call(compiled, combine, Args(randn(3), b=1.0, a=2.0))
     compare_call(compiled, combine, Args(randn(3), b=2.0, a=1.0))
+
+
+def test_errors_raised_by_python_code_propagate_like_eager():
+    def risky(x, n, table):
+        table.append(n)
+        scale = 1 / n
+        return x * scale * table[-1], {"a": 1}["b" if n > 5 else "a"]
+
+    compiled = surge.compile(risky, backend=RecordingBackend())
+    log = []
+    with pytest.raises(ZeroDivisionError):
+        compiled(randn(3), 0, log)
+    assert log == [0], "side effects before the error must have happened, as in eager"
+    with pytest.raises(KeyError):
+        compiled(randn(3), 7, log)
+    x = randn(3)
+    out, one = compiled(x, 2, log)
+    torch.testing.assert_close(out, x * 0.5 * 2)
+    assert one == 1 and log == [0, 7, 2]

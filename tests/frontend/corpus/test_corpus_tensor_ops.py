@@ -385,3 +385,30 @@ def test_inputs_requiring_grad_backprop_through_graph():
     mlp(x, w1e, w2e).backward()
     torch.testing.assert_close(w1.grad, w1e.grad)
     torch.testing.assert_close(w2.grad, w2e.grad)
+
+
+def linalg_and_fft(x):
+    q, r = torch.linalg.qr(x)
+    spectrum = torch.fft.rfft(x, dim=-1)
+    return (
+        torch.linalg.vector_norm(x, ord=2, dim=-1),
+        torch.linalg.matrix_norm(x),
+        q @ r,
+        spectrum.abs(),
+        torch.fft.irfft(spectrum, n=x.shape[-1]),
+        torch.linalg.qr(x).R.diagonal(),
+    )
+
+
+def distributions_log_prob(mu, log_sigma, x):
+    normal = torch.distributions.Normal(mu, log_sigma.exp(), validate_args=False)
+    cat = torch.distributions.Categorical(logits=mu, validate_args=False)
+    return normal.log_prob(x).sum(-1), normal.entropy().mean(), cat.entropy(), cat.log_prob(torch.tensor([0, 1, 2]))
+
+
+def test_linalg_and_fft_program():
+    check_fn(linalg_and_fft, lambda i: (randn(4, 4),), rtol=1e-4, atol=1e-5)
+
+
+def test_distributions_program():
+    check_fn(distributions_log_prob, lambda i: (randn(3, 4), randn(3, 4) * 0.1, randn(3, 4)), rtol=1e-4, atol=1e-5)
