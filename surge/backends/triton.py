@@ -54,11 +54,13 @@ def _constants_of(gm: torch.fx.GraphModule) -> list:
 
 
 def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Options | None = None, *,
-                       persistent_limit: int = PERSISTENT_REDUCTION_LIMIT, autotune: bool = False) -> CompiledGraph:
+                       persistent_limit: int = PERSISTENT_REDUCTION_LIMIT, autotune: bool = False):
     """Lower, schedule and generate code for one ATen graph; reuse the disk cache when it can.
 
     ``autotune``: time each kernel's candidate configs on its first call (on a GPU) and
     store the winner on disk; otherwise a stored winner or the default config is used.
+    Returns a ``CompiledGraph``, or the graph's own ``forward`` when it cannot be
+    compiled (logged on the ``fallbacks`` channel; raised with ``raise_internal_errors``).
     """
     from ..codegen.triton.module import generate_module
     from ..lowering.lower import lower_graph
@@ -78,9 +80,17 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
         with open(path) as f:
             source = f.read()
     else:
-        graph, _ = lower_graph(aten_gm, example_inputs)
-        schedule = schedule_graph(graph)
-        source, _ = generate_module(schedule, persistent_limit)
+        try:
+            graph, _ = lower_graph(aten_gm, example_inputs)
+            schedule = schedule_graph(graph)
+            source, _ = generate_module(schedule, persistent_limit)
+        except Exception as error:
+            if options.raise_internal_errors:
+                raise
+            # never fail the user's program: run this graph's ATen ops as they are
+            logs.log("fallbacks", f"triton backend could not compile a graph, running it eagerly: "
+                                  f"{type(error).__name__}: {error}")
+            return aten_gm.forward
         code_cache.write_module(path, source)
     logs.log("output_code", f"{path}\n{source}")
     if options.debug_dir:

@@ -167,8 +167,6 @@ class LoopGraph:
     buffers: list           # ComputedBuffer / ExternBuffer, in a valid execution order
     outputs: list           # GraphOutput
     device: torch.device
-    # (input buffer name, buffer name) pairs: copy results back into mutated inputs
-    copy_backs: list = dataclasses.field(default_factory=list)
     # the graph returns one value rather than a tuple of them
     single_output: bool = False
 
@@ -182,6 +180,4 @@ class LoopGraph:
     def __str__(self) -> str:
         parts = [str(b) for b in self.inputs + self.buffers]
         parts.append("return " + ", ".join(map(str, self.outputs)))
-        for dst, src in self.copy_backs:
-            parts.append(f"copy {src} -> {dst}")
         return "\n".join(parts)

@@ -33,6 +33,3 @@ def lowering_for(target) -> Callable | None:
         fn = LOWERINGS.get(target.overloadpacket)
     return fn
 
-
-def lowered_ops() -> list:
-    return sorted(str(t) for t in LOWERINGS)

@@ -72,10 +72,6 @@ def contiguous_strides(shape) -> tuple:
     return tuple(reversed(strides))
 
 
-def is_one(size) -> bool:
-    return size == 1
-
-
 def decompose(linear, shape) -> list:
     """Per-dimension indices of a row-major linear index over ``shape``."""
     out, stride = [], sympy.Integer(1)
@@ -100,10 +96,3 @@ def linear_coefficient(expr: sympy.Expr, var: sympy.Symbol):
         return None
     return coeff
 
-
-def try_int(expr):
-    """The Python int of a constant expression, else None."""
-    try:
-        return int(expr)
-    except TypeError:
-        return None

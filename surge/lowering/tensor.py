@@ -66,9 +66,5 @@ class LazyTensor:
         return f"LazyTensor({list(self.shape)}, {self.dtype}{where})"
 
 
-def is_strided_view(t) -> bool:
-    return isinstance(t, LazyTensor) and t.view is not None
-
-
 def sym_shape(shape) -> tuple:
     return tuple(sympy.Integer(int(s)) if not isinstance(s, sympy.Basic) else s for s in shape)

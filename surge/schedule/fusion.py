@@ -134,7 +134,7 @@ def fuse(graph: LoopGraph) -> list:
 
 
 def consumers(graph: LoopGraph, steps: list) -> dict:
-    """buffer name -> set of step indices that read it (-1: a graph output or copy-back)."""
+    """buffer name -> set of step indices that read it (-1: a graph output)."""
     users: dict[str, set] = {}
     for step in steps:
         bufs = step.nodes if isinstance(step, KernelGroup) else [step.buffer]
@@ -144,8 +144,6 @@ def consumers(graph: LoopGraph, steps: list) -> dict:
     for out in graph.outputs:
         if isinstance(out.arg, TensorArg):
             users.setdefault(out.arg.buffer, set()).add(-1)
-    for dst, src in graph.copy_backs:
-        users.setdefault(src, set()).add(-1)
     return users
 
 

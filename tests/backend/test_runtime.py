@@ -55,3 +55,37 @@ def test_generated_module_is_readable():
     # a broadcast bias keeps two loop dims; a plain contiguous read merges to one
     assert "x0 = (xindex // 4)" in c.source and "x1 = xindex % 4" in c.source
     torch.testing.assert_close(c(randn(4, 4), randn(4)).shape, torch.Size([4, 4]))
+
+
+def test_a_graph_that_cannot_be_compiled_runs_eagerly_or_raises(monkeypatch):
+    import pytest
+
+    from surge.backends.triton import compile_aten_graph
+    from surge.lowering import lower
+    from surge.options import Options
+
+    from .helpers import aten_graph
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("lowering bug")
+    monkeypatch.setattr(lower, "lower_graph", broken)
+    x = randn(3, 3)
+    gm = aten_graph(lambda t: t * 2 + 1, x)
+    runner = compile_aten_graph(gm, [x], Options(cache_dir=None))
+    torch.testing.assert_close(runner(x), x * 2 + 1)
+    with pytest.raises(RuntimeError, match="lowering bug"):
+        compile_aten_graph(gm, [x], Options(raise_internal_errors=True))
+
+
+def test_input_mutation_through_torch_compile():
+    from surge.backends.triton import triton_backend
+
+    def f(x, y):
+        x.add_(y * 2)
+        return x.sin()
+    a, b = randn(4, 5), randn(4, 5)
+    a2 = a.clone()
+    out = torch.compile(f, backend=triton_backend)(a, b)
+    expected = f(a2, b)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(a, a2)

@@ -161,3 +161,16 @@ def test_hook_registered_after_first_call_is_seen():
     handle.remove()
     same(compiled(x), model(x))
     assert len(rec.graphs) == 2
+
+
+def test_a_global_shadowing_a_builtin_recompiles(monkeypatch):
+    def count(xs):
+        return len(xs) * xs[0]
+
+    compiled, rec = compile_strict(count)
+    xs = [torch.randn(2), torch.randn(2)]
+    same(compiled(xs), count(xs))
+    monkeypatch.setitem(globals(), "len", lambda seq: 10)
+    same(compiled(xs), count(xs))
+    monkeypatch.undo()  # this test module's own len() is shadowed until here
+    assert len(rec.graphs) == 2

@@ -24,6 +24,7 @@ import torch
 
 from ...lowering.values import Constant, IndexValue, Load, Masked, Op
 from ..common import KernelPlan, format_index
+from .affine_index import affine_index
 from .ops import OP_RULES, cast_expr, compute_dtype, ctype, literal, load_expr, storage_type, store_expr
 from .row_cache import RowCachePlanner
 
@@ -83,6 +84,9 @@ class CppKernelWriter:
         self.rnumel = _as_int(plan.rnumel, name) if plan.is_reduction else 1
         self.x_sizes = [_as_int(s, name) for s in plan.x_sizes]
         self.r_sizes = [_as_int(s, name) for s in plan.r_sizes]
+        self.loop_sizes = {f"x{k}": n for k, n in enumerate(self.x_sizes)}
+        self.loop_sizes.update({f"r{k}": n for k, n in enumerate(self.r_sizes)})
+        self._affine: dict = {}
         self.params: list = []
         self.pointer_of: dict[str, str] = {}
         self.reduced: dict[str, Emitted] = {}
@@ -105,6 +109,18 @@ class CppKernelWriter:
             self.pointer_of[buffer] = name
             self.params.append((buffer, out))
         return self.pointer_of[buffer]
+
+    def index(self, expr: sympy.Expr, names: dict | None = None) -> str:
+        """An index in C, with divisions that are affine on the loop domain removed (affine_index.py)."""
+        found = self._affine.get(expr)
+        if found is None:
+            r_vars = [s for s in expr.free_symbols if s.name.startswith("r")]
+            if r_vars:
+                innermost = f"r{len(self.r_sizes) - 1}"
+            else:
+                innermost = f"x{len(self.x_sizes) - 1}" if self.x_sizes else None
+            found = self._affine[expr] = affine_index(expr, self.loop_sizes, innermost)
+        return c_index(found, names)
 
     # -- r dependence (for hoisting) -------------------------------------------------
     def depends_on_r(self, v) -> bool:
@@ -190,7 +206,7 @@ class CppKernelWriter:
         for (symbol, _), child in zip(v.indirect, v.children):
             names[symbol] = self.emit(scope, child).name
         pointer = self.pointer(v.buffer, out=False)
-        expr = load_expr(f"{pointer}[{c_index(v.index, names)}]", v.dtype)
+        expr = load_expr(f"{pointer}[{self.index(v.index, names)}]", v.dtype)
         return Emitted(self.assign(scope, v.dtype, expr), v.dtype)
 
     # -- stores ----------------------------------------------------------------
@@ -198,7 +214,7 @@ class CppKernelWriter:
         buf = self.buffers[member.buffer.name]
         e = self.reduced[member.buffer.name] if member.role == "reduction" else self.emit(scope, member.value)
         pointer = self.pointer(member.buffer.name, out=True)
-        scope.lines.append(f"{pointer}[{c_index(member.store_index)}] = {store_expr(e.name, e.dtype, buf.dtype)};")
+        scope.lines.append(f"{pointer}[{self.index(member.store_index)}] = {store_expr(e.name, e.dtype, buf.dtype)};")
 
     # -- loops -----------------------------------------------------------------
     def loop_nest(self, outer: Scope, prefix: str, sizes, inner: Scope, pragmas: dict) -> None:

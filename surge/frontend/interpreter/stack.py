@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from ..sources import GlobalSource
+from ..sources import ConstSource, GlobalSource
 from ..variables.base import NULL, unsupported
 from ..variables.constant import NONE, ConstantVariable
 from ..variables.functions import CellVariable
@@ -79,11 +79,15 @@ def load_global(frame, name: str):
     stored = tracer.side_effects.global_value(GlobalSource(frame.f_globals, name))
     if stored is not None:
         return stored
+    # Globals of torch's own modules are trusted; the user's are guarded.
+    trusted = frame.code.co_filename.startswith(_TORCH_DIR)
     if name in frame.f_globals:
-        # Globals of torch's own modules are trusted; the user's are guarded.
-        trusted = frame.code.co_filename.startswith(_TORCH_DIR)
         source = None if trusted else GlobalSource(frame.f_globals, name)
         return tracer.wrap(frame.f_globals[name], source)
+    if not trusted:
+        # A builtin: guard that no global of that name appears later and shadows it.
+        globals_source = ConstSource(frame.f_globals, "G")
+        tracer.guards.add(globals_source, f"{name!r} not in {{v}}", f"{name!r} is not a global (builtin {name})")
     builtins_dict = frame.f_globals.get("__builtins__", builtins.__dict__)
     if not isinstance(builtins_dict, dict):
         builtins_dict = builtins_dict.__dict__

@@ -1,0 +1,93 @@
+"""Replace floor-division/modulo index expressions by the affine forms they equal on the loop domain.
+
+Views of views (``y.transpose(1, 2).contiguous().view(B, T, C)`` read back
+through a reshape) reach the kernels as indices such as
+``131072*(L // 131072) + L % 1024 + 1024*((L // 1024) % 128)`` with
+``L = 1024*x0 + x1``: on the loop's domain that is just ``L``. Written as is,
+the division and modulo in the innermost loop turn a contiguous vector load
+into a gather and cost several times the kernel's arithmetic.
+
+The kernels have static sizes, so the question "which affine function is this
+on the whole domain" is answered exactly by evaluating the expression on every
+point of the domain (with numpy, for domains up to ``MAX_POINTS``). Where the
+whole expression is not affine, the innermost variable alone may still enter
+affinely (``f(outer, v) = f(outer, 0) + a*v``): then only the outer part keeps
+its divisions, which the compiler hoists out of the vector loop.
+"""
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from ...lowering.sizes import FloorDiv, Mod
+
+# Domains past this many points keep their expressions (the check would cost too much time).
+MAX_POINTS = 1 << 21
+
+
+def _evaluate(expr: sympy.Expr, env: dict):
+    if expr.is_Integer:
+        return np.int64(int(expr))
+    if expr.is_Symbol:
+        return env[expr]
+    if isinstance(expr, FloorDiv):
+        return _evaluate(expr.args[0], env) // _evaluate(expr.args[1], env)
+    if isinstance(expr, Mod):
+        return _evaluate(expr.args[0], env) % _evaluate(expr.args[1], env)
+    if expr.is_Add:
+        out = np.int64(0)
+        for a in expr.args:
+            out = out + _evaluate(a, env)
+        return out
+    if expr.is_Mul:
+        out = np.int64(1)
+        for a in expr.args:
+            out = out * _evaluate(a, env)
+        return out
+    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
+        return _evaluate(expr.base, env) ** int(expr.exp)
+    raise NotImplementedError(f"cannot evaluate index expression {expr}")
+
+
+def affine_index(expr: sympy.Expr, sizes: dict, innermost: str | None) -> sympy.Expr:
+    """``expr`` as an affine function of the loop variables where it is one on their domain
+    (``sizes``: symbol name -> static loop size), else with ``innermost`` split off affinely
+    where possible, else unchanged."""
+    if not expr.atoms(FloorDiv, Mod):
+        return expr
+    symbols = sorted(expr.free_symbols, key=lambda s: s.name)
+    if not symbols or any(s.name not in sizes for s in symbols):
+        return expr
+    shape = tuple(int(sizes[s.name]) for s in symbols)
+    if 0 in shape or int(np.prod(shape)) > MAX_POINTS:
+        return expr
+    env = {}
+    for axis, s in enumerate(symbols):
+        view = [1] * len(symbols)
+        view[axis] = shape[axis]
+        env[s] = np.arange(shape[axis], dtype=np.int64).reshape(view)
+    try:
+        values = np.broadcast_to(_evaluate(expr, env), shape)
+    except (NotImplementedError, ZeroDivisionError, FloatingPointError):
+        return expr
+    origin = (0,) * len(symbols)
+    base = int(values[origin])
+    coefficients = []
+    for axis in range(len(symbols)):
+        unit = list(origin)
+        unit[axis] = 1 if shape[axis] > 1 else 0
+        coefficients.append(int(values[tuple(unit)]) - base)
+    affine = np.int64(base)
+    for axis, s in enumerate(symbols):
+        affine = affine + coefficients[axis] * env[s]
+    if np.array_equal(values, np.broadcast_to(affine, shape)):
+        return sympy.Integer(base) + sum((c * s for c, s in zip(coefficients, symbols)), sympy.Integer(0))
+    names = [s.name for s in symbols]
+    if innermost not in names:
+        return expr
+    axis = names.index(innermost)
+    inner = symbols[axis]
+    first = np.take(values, [0], axis=axis)
+    if np.array_equal(values - first, np.broadcast_to(coefficients[axis] * env[inner], shape)):
+        return expr.xreplace({inner: sympy.Integer(0)}) + coefficients[axis] * inner
+    return expr
