@@ -94,6 +94,8 @@ def index(ctx, x, indices):
 @register_lowering(aten.gather)
 def gather(ctx, x, dim, index_t, sparse_grad=False):
     _index_tensor(index_t)
+    if x.ndim == 0 or index_t.ndim != x.ndim:
+        raise NotLowered("gather of a 0-dim tensor")
     dim = dim % max(x.ndim, 1)
     x = ctx.realize(x)
 
@@ -107,6 +109,8 @@ def gather(ctx, x, dim, index_t, sparse_grad=False):
 @register_lowering(aten.index_select)
 def index_select(ctx, x, dim, index_t):
     _index_tensor(index_t)
+    if x.ndim == 0:
+        raise NotLowered("index_select of a 0-dim tensor")
     dim = dim % max(x.ndim, 1)
     x = ctx.realize(x)
     shape = sym_shape(ctx.out_meta.shape)

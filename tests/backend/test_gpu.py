@@ -49,3 +49,26 @@ def test_autotuning_result_is_cached_on_disk():
     assert_matches_eager(fn, c, *make(torch.float32), atol=1e-5, rtol=1e-5)
     folder = os.path.join(os.environ["SURGE_CACHE_DIR"], "autotune")
     assert os.listdir(folder)
+
+
+def test_peak_memory_of_compiled_call_is_not_above_eager():
+    def fn(x, w):
+        a = (x * 2).sin() @ w
+        b = torch.softmax(a, -1) @ w
+        return torch.relu(b) + a
+
+    x, w = _rand(2048, 2048), _rand(2048, 2048)
+    c = compile_fn(fn, x, w)
+    c(x, w)   # first call: kernel compilation out of the measurement
+
+    def peak(run):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        out = run(x, w)
+        torch.cuda.synchronize()
+        del out
+        return torch.cuda.max_memory_allocated() - before
+
+    eager_peak, surge_peak = peak(fn), peak(c)
+    assert surge_peak <= eager_peak, (surge_peak, eager_peak)

@@ -6,6 +6,7 @@ the interpreter without a GPU) and compared with eager. An op whose ATen
 graph surge could not trace is skipped with the aot layer's reason; a wrong
 result or a backend error fails.
 """
+import os
 import sys
 import types
 import unittest
@@ -90,19 +91,25 @@ def test_op_matches_eager(name):
     samples = _small_samples(op)
     if not samples:
         pytest.skip("no small float32 sample")
-    made = []
+    made, backend_errors = [], []
+    options = Options(raise_internal_errors=True, cache_dir=os.environ.get("SURGE_CACHE_DIR"))
 
     def compiler(aten_gm, example_inputs):
-        made.append(compile_aten_graph(aten_gm, example_inputs))
+        try:
+            made.append(compile_aten_graph(aten_gm, example_inputs, options))
+        except Exception as error:  # this backend's failure fails the test, never skips it
+            backend_errors.append(error)
+            raise
         return made[-1]
 
     for sample in samples:
         gm, inputs = _graph_of(op, sample)
         expected = gm(*inputs)
         try:
-            compiled = aot_compile(gm, inputs, fw_compiler=compiler, bw_compiler=compiler,
-                                   options=Options(raise_internal_errors=True))
+            compiled = aot_compile(gm, inputs, fw_compiler=compiler, bw_compiler=compiler, options=options)
         except Exception as error:  # the aot layer's own limits are its tests' business
+            if backend_errors:
+                raise backend_errors[0]
             pytest.skip(f"aot layer: {type(error).__name__}: {error}"[:200])
         actual = compiled(*inputs)
         a_flat, e_flat = pytree.tree_leaves(actual), pytree.tree_leaves(expected)

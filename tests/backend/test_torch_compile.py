@@ -38,3 +38,15 @@ def test_torch_compile_training_matches_eager_gradients():
 
 def test_registered_by_name():
     assert lookup_backend("triton") is triton_backend
+
+
+def test_surge_compile_with_the_triton_backend():
+    import surge
+
+    @surge.compile(backend="triton", fullgraph=True)
+    def block(x, w):
+        return F.gelu(x @ w) + 1
+
+    x, w = randn(4, 8), randn(8, 8)
+    torch.testing.assert_close(block(x, w), F.gelu(x @ w) + 1)
+    assert surge.counters["graphs"] == 1 and surge.counters["fallbacks"] == 0

@@ -71,9 +71,7 @@ def sweep():
 
 
 # Failures in shared layers, reported to their owners; strict: the test fails once they are fixed.
-KNOWN_FAILURES = {
-    "index_select": "lowering: index_select of a 0-dim tensor indexes past the output's dims",
-}
+KNOWN_FAILURES: dict = {}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_FAILURES[n], strict=True))

@@ -50,19 +50,19 @@ def test_results_match_eager():
 
 def test_softmax_computes_exp_once_per_element():
     src = _compiled()["softmax"].cpp_source
-    assert src.count("std::exp(") == 1, src
+    assert src.count("surge_expf(") == 1, src
     assert "alignas(64) float row_cache0[257];" in src
     assert src.count("row_cache0[r0] = ") == 1 and src.count("= row_cache0[r0];") == 1
 
 
 def test_long_rows_recompute_instead_of_caching():
     src = _compiled()["softmax_long_rows"].cpp_source
-    assert "row_cache" not in src and src.count("std::exp(") == 2
+    assert "row_cache" not in src and src.count("surge_expf(") == 2
 
 
 def test_variance_passes_reuse_the_cached_value():
     src = _compiled()["var_of_exp"].cpp_source
-    assert src.count("std::exp(") == 1 and "row_cache0[r0] = " in src
+    assert src.count("surge_expf(") == 1 and "row_cache0[r0] = " in src
 
 
 def test_two_reduced_dims_index_the_cache_by_the_linear_r_index():

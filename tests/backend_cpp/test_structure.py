@@ -58,7 +58,7 @@ CASES = {
     "attention_of_split_views": (attention_of_split_views, lambda: (randn(2, 5, 16), randn(16, 48))),
     "two_matmuls": (two_matmuls, lambda: (randn(6, 8), randn(8, 5), randn(5, 3))),
 }
-TOL = {"rms_norm_bf16": dict(atol=2e-2, rtol=2e-2)}
+TOL = {"rms_norm_bf16": dict(atol=2e-2, rtol=2e-2), "attention_of_split_views": dict(atol=1e-4, rtol=1e-4)}
 
 
 @pytest.fixture(scope="module")
@@ -130,4 +130,4 @@ def test_attention_of_split_views_through_surge_compile():
     compiled = surge.compile(attention_of_split_views, backend="cpp")
     for _ in range(2):
         x, w = randn(2, 5, 16), randn(16, 48)
-        torch.testing.assert_close(compiled(x, w), attention_of_split_views(x, w), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(compiled(x, w), attention_of_split_views(x, w), atol=1e-4, rtol=1e-4)

@@ -178,3 +178,22 @@ def test_frame_snapshot_records_stack_locals_and_with_blocks():
     assert {"x", "y", "surge_marker"} <= set(snap.locals)
     assert len(snap.blocks) == 1 and snap.blocks[0].target_mode is False
     assert snap.stack  # the with block's __exit__ is on the stack
+
+
+def test_yield_from_delegates_and_returns_the_inner_value():
+    def inner(x):
+        yield x
+        yield x * 2
+        return 7
+
+    def outer(x):
+        result = yield from inner(x)
+        yield x + result
+
+    def f(x):
+        return sum(outer(x)), list(outer(x))[-1]
+
+    compiled, rec = compile_strict(f, fullgraph=True)
+    x = torch.randn(3)
+    same(compiled(x), f(x))
+    assert len(rec.graphs) == 1

@@ -174,3 +174,15 @@ def test_a_global_shadowing_a_builtin_recompiles(monkeypatch):
     same(compiled(xs), count(xs))
     monkeypatch.undo()  # this test module's own len() is shadowed until here
     assert len(rec.graphs) == 2
+
+
+def test_leafness_of_an_input_is_guarded_when_read():
+    def f(x):
+        return x * 2 if x.is_leaf else x * 3
+
+    compiled, rec = compile_strict(f)
+    leaf = torch.randn(3, requires_grad=True)
+    same(compiled(leaf), f(leaf))
+    non_leaf = leaf * 1
+    same(compiled(non_leaf), f(non_leaf))
+    assert len(rec.graphs) == 2

@@ -12,11 +12,12 @@ import math
 
 import torch
 
-# storage types of buffers
+# storage types of buffers; bools are stored as bytes: GCC does not vectorize loops that
+# load C++ ``bool`` next to floats, and torch's bools are bytes holding 0 or 1
 STORAGE_TYPES = {
     torch.float32: "float", torch.float64: "double", torch.float16: "_Float16",
     torch.bfloat16: "uint16_t", torch.int64: "int64_t", torch.int32: "int32_t",
-    torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "bool",
+    torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "uint8_t",
 }
 
 
@@ -32,10 +33,14 @@ def storage_type(dtype: torch.dtype) -> str:
 
 def ctype(dtype: torch.dtype) -> str:
     """The C++ type a value of ``dtype`` is computed in."""
+    if dtype == torch.bool:
+        return "bool"
     return storage_type(compute_dtype(dtype))
 
 
 def load_expr(pointer_element: str, dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return f"({pointer_element} != 0)"
     if dtype == torch.float16:
         return f"static_cast<float>({pointer_element})"
     if dtype == torch.bfloat16:
@@ -107,13 +112,20 @@ for _name, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("truediv", "/"), 
 
 # std:: functions, overloaded for float and double; glibc's libmvec vectorizes
 # the common ones (declared SIMD in the prelude).
-_STD_UNARY = ("exp exp2 expm1 log log2 log10 log1p sqrt sin cos tan asin acos atan sinh cosh tanh "
+_STD_UNARY = ("exp2 expm1 log log2 log10 log1p sqrt sin cos tan asin acos atan sinh cosh tanh "
               "asinh acosh atanh erf floor ceil trunc").split()
 for _name in _STD_UNARY:
     OP_RULES[_name] = (lambda f: lambda a, dtype: (f"std::{f}({a})" if dtype.is_floating_point
                                                    else _integer_unary(f, a, dtype)))(_name)
 for _name in ("pow", "atan2", "hypot", "copysign"):
     OP_RULES[_name] = (lambda f: lambda a, b, dtype: f"std::{f}({a}, {b})")(_name)
+
+
+@rule("exp")
+def _exp(a, dtype):
+    if dtype == torch.float32:
+        return f"surge_expf({a})"   # the prelude's: vectorizes whatever the inputs (see prelude.py)
+    return f"std::exp({a})" if dtype.is_floating_point else _integer_unary("exp", a, dtype)
 
 
 def _integer_unary(f: str, a: str, dtype) -> str:
@@ -147,7 +159,7 @@ def _reciprocal(a, dtype):
 @rule("sigmoid")
 def _sigmoid(a, dtype):
     t = ctype(dtype)
-    return f"({t}(1) / ({t}(1) + std::exp(-{a})))"
+    return f"({t}(1) / ({t}(1) + {_exp(f'-{a}', dtype)}))"
 
 
 @rule("relu")

@@ -71,9 +71,11 @@ class KernelSource:
 
 
 class Scope:
-    def __init__(self, indent: int, has_r: bool):
-        self.indent = indent
+    """Lines of one block of code; ``parent`` is the block around a loop over r."""
+
+    def __init__(self, has_r: bool, parent: "Scope | None" = None):
         self.has_r = has_r
+        self.parent = parent
         self.lines: list[str] = []
         self.memo: dict = {}
 
@@ -92,6 +94,7 @@ class TritonKernelWriter:
         self.pointer_of: dict[str, str] = {}
         self.helpers: list = []
         self.reduced: dict[str, Emitted] = {}
+        self.r_dependence: dict[int, bool] = {}
         self.counter = 0
         self.body: list[str] = []
 
@@ -134,6 +137,8 @@ class TritonKernelWriter:
 
     # -- values ----------------------------------------------------------------
     def emit(self, scope: Scope, value, masks=()) -> Emitted:
+        if scope.parent is not None and not self.varies_along_r(value):
+            scope = scope.parent   # hoisted out of the loop over r: computed once per row
         key = (id(value), masks)
         found = scope.memo.get(key)
         if found is not None:
@@ -151,6 +156,22 @@ class TritonKernelWriter:
         scope.lines.append(f"{name} = {expr}")
         scope.memo[expr] = name
         return name
+
+    def varies_along_r(self, value) -> bool:
+        found = self.r_dependence.get(id(value))
+        if found is None:
+            if isinstance(value, Load) and self.plan.member(value.buffer) is not None:
+                member = self.plan.member(value.buffer)
+                found = member.role == "xr" or (member.role == "x" and self.varies_along_r(member.value))
+            elif isinstance(value, Load):
+                found = any(s.name[0] == "r" for s in value.index.free_symbols)
+            elif isinstance(value, IndexValue):
+                found = any(s.name[0] == "r" for s in value.expr.free_symbols)
+            else:
+                found = False
+            found = found or any(self.varies_along_r(c) for c in value.children)
+            self.r_dependence[id(value)] = found
+        return found
 
     def _emit(self, scope, v, masks) -> Emitted:
         if isinstance(v, Constant):
@@ -203,7 +224,10 @@ class TritonKernelWriter:
             expr = f"tl.load({pointer} + {format_index(v.index)})"
         else:
             mask = self.mask(uses_r, masks)
-            expr = f"tl.load({pointer} + {format_index(v.index, names)}, {mask}, other=0)"
+            offset = format_index(v.index, names)
+            if not any(s.name[0] in "xr" for s in v.index.free_symbols):
+                offset += " + tl.zeros_like(xindex)"   # a gather through scalars: block-shaped pointer
+            expr = f"tl.load({pointer} + {offset}, {mask}, other=0)"
         if v.dtype in (torch.float16, torch.bfloat16):
             expr += ".to(tl.float32)"
         return Emitted(self.assign(scope, expr), v.dtype, uses_r, False)
@@ -375,7 +399,7 @@ class TritonKernelWriter:
         self.index_setup(scope, "r", self.plan.r_sizes)
 
     def generate(self) -> KernelSource:
-        top = Scope(1, False)
+        top = Scope(False)
         int_t = "tl.int64" if self.index_bits == 64 else "tl.int32"
         pid = "tl.program_id(0)" + (".to(tl.int64)" if self.index_bits == 64 else "")
         top.lines.append(f"xoffset = {pid} * XBLOCK")
@@ -423,7 +447,7 @@ class TritonKernelWriter:
         return self.finish(top)
 
     def loop(self, outer: Scope) -> Scope:
-        inner = Scope(outer.indent + 1, True)
+        inner = Scope(True, parent=outer)
         self.r_setup(inner, "roffset + ")
         return inner
 

@@ -149,7 +149,34 @@ def _exceptions(frame, inst):
     unsupported("an exception propagating through a `with` block or re-raised in compiled code")
 
 
-@opcode("SEND", "END_SEND", "GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "BEFORE_ASYNC_WITH",
+def _send(frame, inst, keep_iterator: bool):
+    """``yield from``: forward the next value of the inner iterator, or finish with its return value."""
+    frame.pop()  # the value sent in: always None, the trace drives generators with next()
+    inner = frame.peek()
+    if not isinstance(inner, IteratorVariable):
+        unsupported(f"yield from {inner}")
+    item = inner.next()
+    if item is not None:
+        frame.push(item)
+        return
+    done = getattr(inner, "frame", None)
+    result = done.return_value if done is not None and done.return_value is not None else NONE
+    if not keep_iterator:
+        frame.pop()
+    frame.push(result)
+    frame.jump(inst)
+
+
+opcode("SEND", versions=V311)(lambda frame, inst: _send(frame, inst, keep_iterator=False))
+opcode("SEND", versions=V312)(lambda frame, inst: _send(frame, inst, keep_iterator=True))
+
+
+@opcode("END_SEND", versions=V312)
+def _end_send(frame, inst):
+    del frame.stack[-2]
+
+
+@opcode("GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "BEFORE_ASYNC_WITH",
         "LOAD_BUILD_CLASS", "SETUP_ANNOTATIONS", "IMPORT_STAR", "PRINT_EXPR")
 def _unsupported_construct(frame, inst):
     unsupported(f"{inst.opname} (this construct is not supported in compiled code)")

@@ -227,17 +227,26 @@ def _make_meta_attr(name):
     return lambda tx, t: _const(getattr(t.example, name))
 
 
+def _guarded_autograd_fact(tx, t, read, condition: str, text: str) -> bool:
+    """A fact about an input's autograd history (not part of its tensor guard): read and guard it.
+    ``condition`` is the same read as generated code over ``{v}``."""
+    if t.real is None:
+        return read(t.example)
+    value = bool(read(t.real))
+    tx.guards.add(t.source, f"({condition}) is {value}", f"{t.source.name()}{text} is {value}")
+    return value
+
+
 @tensor_attribute("grad_fn")
 def _grad_fn(tx, t):
-    real = t.real if t.real is not None else t.example
-    if real.grad_fn is None:
+    if _guarded_autograd_fact(tx, t, lambda x: x.grad_fn is None, "{v}.grad_fn is None", ".grad_fn is None"):
         return _const(None)
     unsupported("reading .grad_fn (autograd graph objects) in compiled code")
 
 
 @tensor_attribute("is_leaf")
 def _is_leaf(tx, t):
-    return _const((t.real if t.real is not None else t.example).is_leaf)
+    return _const(_guarded_autograd_fact(tx, t, lambda x: x.is_leaf, "{v}.is_leaf", ".is_leaf"))
 
 
 for _n in ("requires_grad", "layout", "itemsize", "nbytes", "is_sparse", "is_quantized", "is_nested"):
@@ -291,7 +300,7 @@ def _make_metadata_method(name):
 
 
 for _n in ("size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous", "element_size",
-           "is_floating_point", "is_complex", "is_signed", "storage_offset", "is_inference", "__len__"):
+           "is_floating_point", "is_complex", "is_signed", "is_inference", "__len__"):
     TENSOR_METHODS[_n] = _make_metadata_method(_n)
 
 
