@@ -4,7 +4,7 @@ For each workload: time per call (best of 30), speedup over eager, and the
 first-call time of a cold compile (empty caches) and of a warm one (a new
 compile of the same function with the disk caches filled). Usage:
 
-    python bench/cpp_kernels.py [--rows 4096 --cols 1024] [--skip-inductor] [--workloads a,b]
+    python bench/cpp_kernels.py [--rows 4096 --cols 1024] [--skip-inductor] [--workloads a,b] [--threads 1]
 """
 from __future__ import annotations
 
@@ -52,6 +52,17 @@ def rmsnorm(x, w):
     return xf.to(x.dtype) * w
 
 
+def causal_softmax(x):
+    # attention scores under a causal mask: half of every row is -inf before the exp
+    n = x.shape[-1]
+    mask = torch.ones(n, n, dtype=torch.bool).tril()
+    return torch.softmax(x.masked_fill(~mask, float("-inf")), dim=-1)
+
+
+def seed_block(x, w, b, r):
+    return F.gelu(x @ w + b) + r
+
+
 def add_mul_relu(x, y):
     return torch.relu(x * 2 + y) * y
 
@@ -64,6 +75,8 @@ def workloads(rows: int, cols: int) -> dict:
         "layernorm_gelu": (layernorm_gelu, lambda: (r(rows, cols), r(cols), r(cols))),
         "softmax": (softmax, lambda: (r(rows, cols),)),
         "rmsnorm_bf16": (rmsnorm, lambda: (r(rows, cols, dtype=torch.bfloat16), r(cols, dtype=torch.bfloat16))),
+        "causal_softmax": (causal_softmax, lambda: (r(rows // cols * 8, cols // 8, cols // 8),)),
+        "seed_block": (seed_block, lambda: (r(cols, cols), r(cols, cols), r(cols), r(cols, cols))),
     }
 
 
@@ -141,7 +154,10 @@ def main():
     parser.add_argument("--cols", type=int, default=1024)
     parser.add_argument("--skip-inductor", action="store_true")
     parser.add_argument("--workloads", type=lambda s: s.split(","), default=None)
+    parser.add_argument("--threads", type=int, default=None, help="torch/OpenMP threads (1 steadies a busy machine)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, sizes {args.rows}x{args.cols}")
     print(HEADER)
     run(args)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from bytecode import CellVar, FreeVar, Instr, Label
 
 from .. import logs
-from .codegen_bytecode.analysis import code_facts, live_locals, pops, stack_depths
+from .codegen_bytecode.analysis import call_start, code_facts, live_locals, pops, stack_depths
 from .codegen_bytecode.assembler import (Body, BytecodeError, assemble, call, dump, forward_jump_name,
                                          load_attr, load_local_checked, make_function)
 from .codegen_bytecode.layout import FrameLayout, Slot
@@ -36,8 +36,6 @@ from .resume import ResumeCode, check_layout, reentry_prologue, resume_code, use
 _NOT_IN_REGION = {"FOR_ITER", "SEND", "RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE",
                   "BEFORE_WITH", "PUSH_EXC_INFO", "POP_EXCEPT", "WITH_EXCEPT_START",
                   "PUSH_NULL", "LOAD_METHOD", "LOAD_SUPER_ATTR", "YIELD_VALUE", "RETURN_GENERATOR"}
-# Instructions that only prepare the following CALL; a break at a CALL takes them along.
-_CALL_PREPARATION = {"PRECALL", "KW_NAMES"}
 
 
 def _discard_null():
@@ -78,7 +76,9 @@ def break_code(code: types.CodeType, offset: int, layout: FrameLayout, *, count:
     given (so the caller can compile resume functions when they are called).
     """
     facts = code_facts(code)
-    start = _region_start(facts, offset)
+    while facts.instructions[facts.index_of[offset]].opname in ("PRECALL", "KW_NAMES"):
+        offset = facts.instructions[facts.index_of[offset] + 1].offset  # the CALL they prepare
+    start = call_start(code, offset)
     check_layout(code, start, layout)
     first = facts.index_of[start]
     last = facts.index_of[offset] + count - 1
@@ -116,14 +116,6 @@ def break_code(code: types.CodeType, offset: int, layout: FrameLayout, *, count:
     if logs.enabled("bytecode"):
         logs.log("bytecode", f"break code for {code.co_qualname} at {where}, layout {layout}\n{dump(new)}")
     return BreakCode(new, code, start, layout, tuple(exits))
-
-
-def _region_start(facts, offset: int) -> int:
-    position = facts.index_of[offset]
-    if facts.instructions[position].opname == "CALL":
-        while position > 0 and facts.instructions[position - 1].opname in _CALL_PREPARATION:
-            position -= 1
-    return facts.instructions[position].offset
 
 
 def _exits(code, facts, region, stack: tuple[Slot, ...]):

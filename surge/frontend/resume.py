@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from bytecode import Instr, TryBegin, TryEnd
 
 from .. import logs
-from .codegen_bytecode.analysis import code_facts, stack_depths
+from .codegen_bytecode.analysis import call_start, code_facts, stack_depths
 from .codegen_bytecode.layout import FrameLayout, Slot
 from .codegen_bytecode.assembler import Body, BytecodeError, assemble, dump, make_function
 
@@ -120,7 +120,12 @@ _RESUME_CACHE: dict[tuple, ResumeCode] = {}
 
 
 def resume_code(code: types.CodeType, offset: int, layout: FrameLayout) -> ResumeCode:
-    """The resume code object that continues ``code`` at ``offset`` (cached)."""
+    """The resume code object that continues ``code`` at ``offset`` (cached).
+
+    ``layout`` is the state before that instruction; a CALL is entered at its
+    KW_NAMES / PRECALL, which do not change the stack.
+    """
+    offset = call_start(code, offset)
     key = (code, offset, layout)
     found = _RESUME_CACHE.get(key)
     if found is not None:

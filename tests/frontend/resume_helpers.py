@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+import types
 
 from bytecode import Instr, Label
 
 from surge.frontend.break_code import break_code, hand_off
-from surge.frontend.codegen_bytecode.analysis import code_facts, live_locals
+from surge.frontend.codegen_bytecode.analysis import call_start, code_facts, live_locals
 from surge.frontend.codegen_bytecode.assembler import Body, assemble
 from surge.frontend.codegen_bytecode.layout import FrameLayout, Slot, stack_slots
 from surge.frontend.resume import resume_code
@@ -30,8 +31,23 @@ def _collect(resume_fn, *args):
     return Stopped(resume_fn, args)
 
 
-def layout_at(code, offset, method_slot=Slot.VALUE) -> FrameLayout:
-    return FrameLayout(stack_slots(code, offset, method_slot=method_slot), live_locals(code, offset))
+def method_slot_for(fn):
+    """Method loads on a global module (``torch.stack``) push NULL; on objects, the bound method."""
+    instructions = code_facts(fn.__code__).instructions
+    index = {ins.offset: n for n, ins in enumerate(instructions)}
+
+    def decide(ins):
+        owner = instructions[index[ins.offset] - 1]
+        if owner.opname == "LOAD_GLOBAL" and isinstance(fn.__globals__.get(owner.argval), types.ModuleType):
+            return Slot.NULL
+        return Slot.VALUE
+
+    return decide
+
+
+def layout_at(fn, offset) -> FrameLayout:
+    code = fn.__code__
+    return FrameLayout(stack_slots(code, offset, method_slot=method_slot_for(fn)), live_locals(code, offset))
 
 
 def stop_function(fn, offset, layout):
@@ -44,10 +60,8 @@ def stop_function(fn, offset, layout):
     resume = resume_code(code, offset, layout)
     stub = [label] + hand_off(resume, target.lineno, _collect, cellvars=set(code.co_cellvars))
     new = assemble(body.items + stub, like=code, name=code.co_name + "_stop", qualname=code.co_qualname + "_stop",
-                   argnames=code.co_varnames[:code.co_argcount], freevars=code.co_freevars)
-    new = new.replace(co_cellvars=code.co_cellvars) if new.co_cellvars != code.co_cellvars else new
-    import types
-
+                   argnames=code.co_varnames[:code.co_argcount], freevars=code.co_freevars,
+                   cellvars=code.co_cellvars)
     return types.FunctionType(new, fn.__globals__, new.co_name, None, fn.__closure__)
 
 
@@ -56,10 +70,11 @@ def break_offsets(fn, opnames=("CALL",)):
     return [i.offset for i in code_facts(fn.__code__).instructions if i.opname in opnames]
 
 
-def run_with_break(fn, args, offset, *, method_slot=Slot.VALUE, use_break_code=True):
+def run_with_break(fn, args, offset, *, use_break_code=True):
     """fn(*args) computed as stop-at-offset, then break code (or resume at offset)."""
     code = fn.__code__
-    layout = layout_at(code, offset, method_slot)
+    offset = call_start(code, offset)
+    layout = layout_at(fn, offset)
     stopped = stop_function(fn, offset, layout)(*args)
     if not isinstance(stopped, Stopped):
         return stopped  # the path from the entry did not reach the break

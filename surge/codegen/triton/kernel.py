@@ -73,8 +73,7 @@ class KernelSource:
 class Scope:
     """Lines of one block of code; ``parent`` is the block around a loop over r."""
 
-    def __init__(self, has_r: bool, parent: "Scope | None" = None):
-        self.has_r = has_r
+    def __init__(self, parent: "Scope | None" = None):
         self.parent = parent
         self.lines: list[str] = []
         self.memo: dict = {}
@@ -399,7 +398,7 @@ class TritonKernelWriter:
         self.index_setup(scope, "r", self.plan.r_sizes)
 
     def generate(self) -> KernelSource:
-        top = Scope(False)
+        top = Scope()
         int_t = "tl.int64" if self.index_bits == 64 else "tl.int32"
         pid = "tl.program_id(0)" + (".to(tl.int64)" if self.index_bits == 64 else "")
         top.lines.append(f"xoffset = {pid} * XBLOCK")
@@ -418,7 +417,6 @@ class TritonKernelWriter:
         top.lines.append(f"rbase = {rbase}")
         if self.persistent:
             self.r_setup(top, "")
-            top.has_r = True
             for m in self.plan.members:
                 if m.role == "reduction":
                     self.reduce_persistent(top, m)
@@ -447,7 +445,7 @@ class TritonKernelWriter:
         return self.finish(top)
 
     def loop(self, outer: Scope) -> Scope:
-        inner = Scope(True, parent=outer)
+        inner = Scope(parent=outer)
         self.r_setup(inner, "roffset + ")
         return inner
 

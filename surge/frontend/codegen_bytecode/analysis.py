@@ -158,3 +158,21 @@ def pops(ins) -> int:
     if ins.opname.startswith(_NO_PUSH_PREFIXES):
         return -net
     return 1 - net if net <= 0 else 0
+
+
+# Instructions that only prepare the following CALL.
+_CALL_PREPARATION = {"PRECALL", "KW_NAMES"}
+
+
+def call_start(code: types.CodeType, offset: int) -> int:
+    """The offset where the call at ``offset`` starts being set up (its KW_NAMES / PRECALL).
+
+    Generated code enters a call there, never in the middle: the compiler's
+    stack accounting between PRECALL and CALL differs from the run-time stack.
+    """
+    facts = code_facts(code)
+    position = facts.index_of[offset]
+    if facts.instructions[position].opname == "CALL":
+        while position > 0 and facts.instructions[position - 1].opname in _CALL_PREPARATION:
+            position -= 1
+    return facts.instructions[position].offset

@@ -125,14 +125,72 @@ def forward_jump_name(name: str) -> str:
     return name.replace("BACKWARD", "FORWARD") if not PY312 else name
 
 
+_FINAL = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE",
+          "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP_ABSOLUTE"}
+
+
+def drop_unreachable(items: list) -> list:
+    """``items`` without instructions that no path from the entry reaches.
+
+    Generated code enters the user's body in the middle, so the code before
+    the break is dead. It must go: the stack-size computation would otherwise
+    walk it from an empty stack. A handler is reachable when any instruction
+    in its exception-table range is.
+    """
+    where = {id(item): n for n, item in enumerate(items) if isinstance(item, Label)}
+    enclosing = []
+    current = None
+    for item in items:
+        if isinstance(item, TryBegin):
+            current = item
+        elif isinstance(item, TryEnd):
+            current = None
+        enclosing.append(current)
+    reached = set()
+    work = [0]
+    while work:
+        n = work.pop()
+        while n < len(items) and n not in reached:
+            reached.add(n)
+            item = items[n]
+            if isinstance(item, Instr):
+                if enclosing[n] is not None:
+                    work.append(where[id(enclosing[n].target)])
+                if isinstance(item.arg, Label):
+                    work.append(where[id(item.arg)])
+                if item.name in _FINAL:
+                    break
+            n += 1
+    kept = [item for n, item in enumerate(items) if n in reached or not isinstance(item, Instr)]
+    return _drop_empty_ranges(kept)
+
+
+def _drop_empty_ranges(items: list) -> list:
+    """Remove TryBegin/TryEnd pairs that no longer cover any instruction."""
+    empty = set()
+    begin = None
+    covered = False
+    for item in items:
+        if isinstance(item, TryBegin):
+            begin, covered = item, False
+        elif isinstance(item, TryEnd):
+            if begin is not None and not covered:
+                empty.add(id(begin))
+            begin = None
+        elif isinstance(item, Instr):
+            covered = True
+    return [item for item in items if not (isinstance(item, TryBegin) and id(item) in empty)
+            and not (isinstance(item, TryEnd) and id(item.entry) in empty)]
+
+
 def assemble(items: list, *, like: types.CodeType, name: str, qualname: str, argnames: tuple[str, ...],
-             freevars: tuple[str, ...]) -> types.CodeType:
+             freevars: tuple[str, ...], cellvars: tuple[str, ...] = ()) -> types.CodeType:
     """A code object for ``items`` with positional parameters ``argnames``.
 
     File name, first line and flags come from ``like`` (the user's code), so
     tracebacks and debuggers point at the user's source.
     """
-    bc = Bytecode(items)
+    bc = Bytecode(drop_unreachable(items))
     bc.name = name
     bc.filename = like.co_filename
     bc.first_lineno = like.co_firstlineno
@@ -140,7 +198,7 @@ def assemble(items: list, *, like: types.CodeType, name: str, qualname: str, arg
     bc.argcount = len(argnames)
     bc.posonlyargcount = 0
     bc.kwonlyargcount = 0
-    bc.cellvars = []
+    bc.cellvars = list(cellvars)
     bc.freevars = list(freevars)
     bc.flags = like.co_flags & ~(_CO_VARARGS | _CO_VARKEYWORDS)
     bc.docstring = None

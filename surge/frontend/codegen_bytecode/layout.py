@@ -28,7 +28,7 @@ class FrameLayout:
         return stack + self.live_locals
 
 
-def _pushed(ins, count: int, method_slot: Slot) -> list[Slot]:
+def _pushed(ins, count: int, method_slot) -> list[Slot]:
     """Kinds of the ``count`` slots ``ins`` pushes (its kind rules; everything else pushes values)."""
     name = ins.opname
     if name == "PUSH_NULL":
@@ -38,16 +38,17 @@ def _pushed(ins, count: int, method_slot: Slot) -> list[Slot]:
     if count == 2 and name == "LOAD_GLOBAL":
         return [Slot.NULL, Slot.VALUE]
     if count == 2 and name in ("LOAD_METHOD", "LOAD_ATTR", "LOAD_SUPER_ATTR"):
-        return [method_slot, Slot.VALUE]
+        return [method_slot(ins) if callable(method_slot) else method_slot, Slot.VALUE]
     return [Slot.VALUE] * count
 
 
-def stack_slots(code: types.CodeType, offset: int, *, method_slot: Slot = Slot.VALUE) -> tuple[Slot, ...]:
+def stack_slots(code: types.CodeType, offset: int, *, method_slot=Slot.VALUE) -> tuple[Slot, ...]:
     """Slot kinds on the stack before the instruction at ``offset``.
 
     A method load (``obj.name(...)``) pushes either (method, self) or (NULL,
     function) depending on the object at run time; ``method_slot`` says which
-    to assume for the first slot (capture knows the object and decides).
+    to assume for the first slot, or is called with the loading ``dis``
+    instruction to say it per site (capture knows the object and decides).
     """
     facts = code_facts(code)
     depths = stack_depths(code)
@@ -70,6 +71,8 @@ def stack_slots(code: types.CodeType, offset: int, *, method_slot: Slot = Slot.V
                 swapped = list(here)
                 swapped[-1], swapped[-ins.arg] = swapped[-ins.arg], swapped[-1]
                 nexts.append((succ, swapped))
+            elif after < len(base):  # a jump that pops more than the fall-through (FOR_ITER at the end)
+                nexts.append((succ, here[:after]))
             else:
                 nexts.append((succ, base + _pushed(ins, after - len(base), method_slot)))
         entry = facts.handler_at(ins.offset)
