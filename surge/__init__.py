@@ -7,8 +7,9 @@
 See README.md for the tour and docs/ for each layer.
 """
 from .api import compile, explain, graph_break, reset
+from .backends.default import default_backend as backend
 from .counters import counters
 
 __version__ = "0.1.0"
 
-__all__ = ["compile", "counters", "explain", "graph_break", "reset", "__version__"]
+__all__ = ["backend", "compile", "counters", "explain", "graph_break", "reset", "__version__"]

@@ -4,10 +4,13 @@ A backend is any callable ``backend(gm: torch.fx.GraphModule, example_inputs: li
 -> callable``; the returned callable takes the graph's inputs as positional
 arguments and returns what the graph returns. Names map to surge's own
 backends; each layer registers its backend where it is defined, imported lazily
-so that ``import surge`` stays cheap.
+so that ``import surge`` stays cheap. surge's own backends also take the
+``options=`` keyword: ``lookup_backend(name, options)`` binds it, so the options
+of ``surge.compile`` reach every layer (a user's callable is used as given).
 """
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Callable
 
@@ -17,26 +20,33 @@ Backend = Callable[[torch.fx.GraphModule, list], Callable]
 
 # name -> "module:attribute" of the backend, imported on first use.
 _LAZY_BACKENDS: dict[str, str] = {
+    "default": "surge.backends.default:default_backend",
     "eager": "surge.backends.eager:eager_backend",
     "aot_eager": "surge.aot.backend:aot_eager_backend",
     "cpp": "surge.backends.cpp:cpp_backend",
     "triton": "surge.backends.triton:triton_backend",
 }
 _LOADED: dict[str, Backend] = {}
+_BOUND: dict[tuple, Backend] = {}
 
 
 def register_backend(name: str, target: str) -> None:
     """Register ``name`` as the backend found at ``"module:attribute"``."""
     _LAZY_BACKENDS[name] = target
     _LOADED.pop(name, None)
+    for key in [k for k in _BOUND if k[0] == name]:
+        del _BOUND[key]
 
 
 def available_backends() -> list[str]:
     return sorted(_LAZY_BACKENDS)
 
 
-def lookup_backend(backend) -> Backend:
-    """Turn a backend name or callable into a callable; reject anything else."""
+def lookup_backend(backend, options=None) -> Backend:
+    """Turn a backend name or callable into a callable; reject anything else.
+
+    For surge's own backends (named), ``options`` is bound as their ``options=``
+    keyword."""
     if backend is None:
         backend = default_backend_name()
     if callable(backend):
@@ -52,10 +62,17 @@ def lookup_backend(backend) -> Backend:
     if backend not in _LOADED:
         module_name, attr = _LAZY_BACKENDS[backend].split(":")
         _LOADED[backend] = getattr(importlib.import_module(module_name), attr)
-    return _LOADED[backend]
+    loaded = _LOADED[backend]
+    if options is None or backend == "eager":
+        return loaded
+    # One bound backend per (name, options): the frontend keys its caches by
+    # backend identity, so two compiles with the same options share entries.
+    key = (backend, options)
+    if key not in _BOUND:
+        _BOUND[key] = functools.partial(loaded, options=options)
+    return _BOUND[key]
 
 
 def default_backend_name() -> str:
-    # "eager" until a code-generating backend lands; then the device of the
-    # graph's inputs picks triton (CUDA) or cpp (CPU).
-    return "eager"
+    # Generated kernels for the graph's device: triton for CUDA, cpp for CPU.
+    return "default"

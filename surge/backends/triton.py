@@ -106,11 +106,11 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
     return CompiledGraph(call, constants, module, source, path, launchers, schedule, hit, elapsed)
 
 
-def triton_backend(gm: torch.fx.GraphModule, example_inputs: list):
+def triton_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Options | None = None):
     """torch.compile backend protocol: ``triton_backend(gm, example_inputs) -> callable``."""
     from ..aot import aot_compile
 
-    options = Options.from_env()
+    options = options or Options.from_env()
 
     def compiler(aten_gm, inputs):
         return compile_aten_graph(aten_gm, inputs, options)

@@ -51,7 +51,7 @@ def _python_function(obj):
 
 
 def make_wrapper(fn: types.FunctionType, options: Options, cache_factory, records=None):
-    backend = lookup_backend(options.backend)
+    backend = lookup_backend(options.backend, options)
     cache = cache_factory(fn.__code__, backend, options.fullgraph)
     runners = cache.runners
 

@@ -29,6 +29,12 @@ class RecordingBackend:
     def __call__(self, gm: torch.fx.GraphModule, example_inputs):
         self.graphs.append(gm)
         self.example_inputs.append(list(example_inputs))
+        # SURGE_CORPUS_BACKEND="aot_eager" / "cpp" / "triton" runs the whole corpus
+        # through that backend: the graph is recorded, then compiled for real.
+        backend_name = os.environ.get("SURGE_CORPUS_BACKEND")
+        if backend_name:
+            from surge.backends import lookup_backend
+            return lookup_backend(backend_name)(gm, list(example_inputs))
         return gm.forward
 
     def op_names(self, index: int = -1) -> list[str]:

@@ -1,0 +1,27 @@
+"""surge's default backend: generated kernels for the device the graph runs on.
+
+Graphs whose tensors live on a CUDA device go to the "triton" backend, all others
+to the "cpp" backend. This is also ``surge.backend``, so
+``torch.compile(f, backend=surge.backend)`` runs surge's backend behind Dynamo.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..options import Options
+
+
+def graph_device_type(example_inputs) -> str:
+    for value in example_inputs:
+        if isinstance(value, torch.Tensor):
+            if value.device.type == "cuda":
+                return "cuda"
+    return "cpu"
+
+
+def default_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Options | None = None):
+    """torch.compile backend protocol: ``default_backend(gm, example_inputs) -> callable``."""
+    from . import lookup_backend
+
+    name = "triton" if graph_device_type(example_inputs) == "cuda" else "cpp"
+    return lookup_backend(name, options)(gm, example_inputs)
