@@ -11,6 +11,7 @@ COUNTER_NAMES = (
     "cache_hits",     # calls served by a cached entry whose guards passed
     "cache_misses",   # calls whose guards all failed (a compile followed)
     "fallbacks",      # frames run eagerly: unsupported construct or internal error
+    "kernels",        # kernels in compiled graphs (generated, or loaded from the disk cache)
 )
 
 

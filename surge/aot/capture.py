@@ -128,10 +128,40 @@ class _TorchLevelInterpreter(torch.fx.Interpreter):
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise Unsupported(f"tracing failed: {type(e).__name__}: {first}", _user_location(n)) from e
 
+    def call_function(self, target, args, kwargs):
+        recurrent = _RECURRENT_LAYERS.get(target)
+        if recurrent is not None:
+            # The CPU kernels of these layers (mkldnn_rnn_layer) skip the workspace
+            # the backward needs when grad is off, as it is inside a compiled
+            # forward: trace torch's decomposition into cell math instead.
+            from .decompositions import _torch_table
+            # the packed-sequence overload (.data) takes batch_sizes: params come 4th
+            packed = len(args) > 3 and isinstance(args[3], (list, tuple))
+            overload = recurrent.data if packed else recurrent.input
+            body = _torch_table().get(overload)
+            if body is not None:
+                mkldnn = torch._C._get_mkldnn_enabled()
+                torch._C._set_mkldnn_enabled(False)  # else the body picks that op again
+                try:
+                    return body(*args, **kwargs)
+                finally:
+                    torch._C._set_mkldnn_enabled(mkldnn)
+        return super().call_function(target, args, kwargs)
+
     def get_attr(self, target, args, kwargs):
         if target in self.state_by_name:
             return self.state_by_name[target]
         return super().get_attr(target, args, kwargs)
+
+
+# torch.nn's recurrent layers call these: they decompose above the tracer, on
+# CPU into an op whose forward depends on grad mode.
+_RECURRENT_LAYERS = {
+    torch._VF.lstm: torch.ops.aten.lstm,
+    torch._VF.gru: torch.ops.aten.gru,
+    torch._VF.rnn_tanh: torch.ops.aten.rnn_tanh,
+    torch._VF.rnn_relu: torch.ops.aten.rnn_relu,
+}
 
 
 def _user_location(node) -> str | None:

@@ -15,9 +15,13 @@ from typing import Callable
 import torch
 
 from .. import logs
+from ..counters import counters
+from ..errors import Unsupported
 from ..options import Options
 from ..passes import PassContext, run_pipeline
-from .capture import _fetch, insert_copy_back, module_state, trace_program
+from ..tools.debug_dir import artifact_part, write_current
+from ..tools.phases import phase_timer
+from .capture import _fetch, _user_location, insert_copy_back, module_state, trace_program
 from .partition import partition_joint, prune_unused_saved
 from .runtime import InferenceRunner, TrainingRunner
 
@@ -64,22 +68,51 @@ class AotCompiled:
         self.state_names = [names[0] for names, _ in module_state(gm)]
         self.num_user_inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         self.variants: dict[tuple, Callable] = {}
+        self.final_grad_mode = _final_grad_mode(gm)
+        self.ran_eagerly = False
+        _reject_input_metadata_mutation(gm)
 
     def state_values(self) -> list:
         return [_fetch(self.gm, name) for name in self.state_names]
 
     def __call__(self, *args):
         inputs = list(args) + self.state_values()
-        return self.variant_for(inputs)(inputs)
+        runner = self.variant_for(inputs)
+        if runner.program.mutated_inputs and _mutated_input_aliases(runner.program.mutated_inputs, inputs):
+            return self._run_eagerly(args)
+        if _autocast_state():
+            # The variant was traced under this autocast state: its casts are in
+            # the graphs, and generated kernels must not be cast again.
+            with torch._C._DisableAutocast():
+                result = runner(inputs)
+        else:
+            result = runner(inputs)
+        if self.final_grad_mode is not None:
+            # The graph's own grad-mode switches were traced away; the mode it
+            # leaves behind is global state that outlives the call, as in eager.
+            torch._C._set_grad_enabled(self.final_grad_mode)
+        return result
+
+    def _run_eagerly(self, args):
+        # The graphs were traced for inputs with separate memory; an in-place
+        # update through one input must be seen through its aliases: only the
+        # torch-level graph, run op by op, does that.
+        if not self.ran_eagerly:
+            self.ran_eagerly = True
+            counters["fallbacks"] += 1
+            logs.log("fallbacks", "aot: an input updated in place shares memory with another input; "
+                                  "running the graph eagerly for such calls")
+        return self.gm(*args)
 
     def variant_for(self, inputs: list):
         flags = tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
         training = torch.is_grad_enabled() and any(flags)
-        key = flags if training else ()
+        key = (flags if training else (), _autocast_state())
         runner = self.variants.get(key)
         if runner is None:
             start = time.perf_counter()
-            runner = self._compile_training(inputs, list(flags)) if training else self._compile_inference(inputs)
+            with phase_timer.phase("aot"):
+                runner = self._compile_training(inputs, list(flags)) if training else self._compile_inference(inputs)
             self.variants[key] = runner
             logs.log("perf", f"aot: {'training' if training else 'inference'} graphs in "
                              f"{time.perf_counter() - start:.3f}s")
@@ -94,8 +127,10 @@ class AotCompiled:
         forward = program.graph_module
         insert_copy_back(forward, program.mutated_inputs, program.input_names)
         forward = self._passes(forward, "forward")
+        _distinct_values(forward, 0, program.num_values)
         if logs.enabled("aot"):
             logs.log("aot", f"inference graph:\n{forward.print_readable(print_output=False)}")
+        write_current(self.options, "aten_forward.py", forward.print_readable(print_output=False))
         return InferenceRunner(program, self.fw_compiler(forward, inputs))
 
     def _compile_training(self, inputs, flags) -> TrainingRunner:
@@ -112,18 +147,42 @@ class AotCompiled:
         forward = self._passes(forward, "forward")
         backward = self._passes(backward, "backward")
         prune_unused_saved(forward, backward, num_values=program.num_values)
+        _distinct_values(forward, 0, program.num_values)
         if logs.enabled("aot"):
             logs.log("aot", f"partition saves {parts.num_saved} tensors ({parts.saved_bytes} bytes)\n"
                             f"forward graph:\n{forward.print_readable(print_output=False)}\n"
                             f"backward graph:\n{backward.print_readable(print_output=False)}")
+        write_current(self.options, "aten_forward.py", forward.print_readable(print_output=False))
+        write_current(self.options, "aten_backward.py", backward.print_readable(print_output=False))
+        write_current(self.options, "partition.txt", _describe_saved(backward, program.num_tangents))
         bw_inputs = [_example_like(n.meta["val"], n.meta["device"])
                      for n in backward.graph.nodes if n.op == "placeholder"]
-        return TrainingRunner(program, self.fw_compiler(forward, inputs),
-                              self.bw_compiler(backward, bw_inputs))
+        compiled_forward = self.fw_compiler(forward, inputs)
+        with artifact_part("backward"):  # the backward's kernels get their own artifact names
+            compiled_backward = self.bw_compiler(backward, bw_inputs)
+        return TrainingRunner(program, compiled_forward, compiled_backward)
 
     def _passes(self, gm, name: str):
         return run_pipeline(gm, PassContext(keep_random=self.options.fallback_random, graph_name=name))
 
+
+
+def _describe_saved(backward: torch.fx.GraphModule, num_tangents: int) -> str:
+    """``partition.txt``: what the forward saves for the backward (the backward's
+    inputs before its tangents), one tensor a line."""
+    placeholders = [n for n in backward.graph.nodes if n.op == "placeholder"]
+    saved = placeholders[: len(placeholders) - num_tangents]
+    lines = []
+    total = 0
+    for node in saved:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            size = val.numel() * val.element_size()
+            total += size
+            lines.append(f"  {node.name}: {str(val.dtype).replace('torch.', '')}{list(val.shape)} ({size} bytes)")
+        else:
+            lines.append(f"  {node.name}: {type(val).__name__}")
+    return f"saved for backward: {len(saved)} values, {total} bytes\n" + "\n".join(lines) + "\n"
 
 
 def _save_mutated_inputs_by_value(forward, program, num_forward_outputs: int) -> None:
@@ -140,6 +199,66 @@ def _save_mutated_inputs_by_value(forward, program, num_forward_outputs: int) ->
             results[k].meta = dict(node.meta)
     output.args = (tuple(results),)
     forward.recompile()
+
+
+def _distinct_values(gm: torch.fx.GraphModule, start: int, stop: int) -> None:
+    """Give each user-visible output in ``[start, stop)`` its own node.
+
+    CSE merges equal computations, e.g. ``x @ w`` under no_grad and again with grad
+    on; eager returns two tensors, so the later occurrences become clones: an
+    in-place update of one must not show through the other, and each keeps its
+    own requires_grad.
+    """
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    results = list(output.args[0])
+    seen = set()
+    changed = False
+    for k in range(start, min(stop, len(results))):
+        node = results[k]
+        if not isinstance(node, torch.fx.Node):
+            continue
+        if node in seen:
+            with gm.graph.inserting_before(output):
+                results[k] = gm.graph.call_function(torch.ops.aten.clone.default, (node,))
+            results[k].meta = dict(node.meta)
+            changed = True
+        seen.add(node)
+    if changed:
+        output.args = (tuple(results),)
+        gm.recompile()
+
+
+def _autocast_state() -> tuple:
+    """Ambient autocast (device, dtype) pairs: tracing bakes their casts into the graphs."""
+    return tuple((device, torch.get_autocast_dtype(device))
+                 for device in ("cpu", "cuda") if torch.is_autocast_enabled(device))
+
+
+def _final_grad_mode(gm: torch.fx.GraphModule) -> bool | None:
+    """The grad mode the torch-level graph leaves set (its last switch), or None."""
+    switches = [n.args[0] for n in gm.graph.nodes
+                if n.op == "call_function" and n.target is torch._C._set_grad_enabled]
+    return bool(switches[-1]) if switches else None
+
+
+def _reject_input_metadata_mutation(gm: torch.fx.GraphModule) -> None:
+    # ``x.requires_grad_()`` changes which outputs eager differentiates from that
+    # point on; the variant (inference or training) is chosen before the call.
+    for node in gm.graph.nodes:
+        if node.op == "call_method" and node.target == "requires_grad_":
+            raise Unsupported("requires_grad_() inside a compiled graph is not supported by the aot layer",
+                              _user_location(node))
+
+
+def _mutated_input_aliases(mutated: list[int], inputs: list) -> bool:
+    """Whether an input the graph updates in place shares memory with another input."""
+    storages: dict[int, int] = {}
+    for t in inputs:
+        if isinstance(t, torch.Tensor) and t.numel() > 0:
+            ptr = t.untyped_storage().data_ptr()
+            storages[ptr] = storages.get(ptr, 0) + 1
+    return any(isinstance(inputs[i], torch.Tensor) and inputs[i].numel() > 0
+               and storages[inputs[i].untyped_storage().data_ptr()] > 1 for i in mutated)
 
 
 def _example_like(meta: torch.Tensor, device) -> torch.Tensor:

@@ -94,7 +94,9 @@ class CompiledFunction(torch.autograd.Function):
             through_ctx = list(range(len(saved)))
         else:
             output_storages = {_storage_ptr(v) for v in values if isinstance(v, torch.Tensor)}
-            through_ctx = [i for i, t in enumerate(saved) if _storage_ptr(t) in output_storages]
+            # An op may leave an optional result undefined at runtime (mkldnn_rnn_layer's
+            # workspace): a None on the stash would read as "held by ctx", so ctx holds it.
+            through_ctx = [i for i, t in enumerate(saved) if t is None or _storage_ptr(t) in output_storages]
         ctx.save_for_backward(*[saved[i] for i in through_ctx])
         ctx.stash = list(saved)
         for i in through_ctx:

@@ -19,6 +19,7 @@ import warnings
 import torch
 
 from .. import logs
+from ..counters import counters
 from ..errors import SurgeError
 from ..options import Options, default_cache_dir
 
@@ -87,6 +88,7 @@ def compile_aten_graphs_cpp(graphs, options: Options | None = None, *, cxx: str 
                 for k, (gm, inputs) in enumerate(graphs)]
     library = PRELUDE + "\n".join(p["module"].CPP_SOURCE for p in prepared)
     lib, compiled = load_library(library, toolchain, cache_dir)
+    counters["kernels"] += sum(len(p["module"].KERNELS) for p in prepared)
     elapsed = time.perf_counter() - start
     logs.log("perf", f"cpp: {len(graphs)} graph(s) in {elapsed * 1000:.1f} ms "
                      f"({'compiled' if compiled else 'cached library'})")

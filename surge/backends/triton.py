@@ -15,7 +15,10 @@ import time
 import torch
 
 from .. import logs
+from ..counters import counters
 from ..options import Options, default_cache_dir
+from ..tools.debug_dir import write_current
+from ..tools.phases import phase_timer
 
 PERSISTENT_REDUCTION_LIMIT = 8192   # rows up to this many elements are reduced in one tile
 
@@ -53,6 +56,7 @@ def _constants_of(gm: torch.fx.GraphModule) -> list:
     return out
 
 
+@phase_timer.compile("triton_graph")  # called alone (not under a frontend compile): a record of its own
 def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Options | None = None, *,
                        persistent_limit: int = PERSISTENT_REDUCTION_LIMIT, autotune: bool = False):
     """Lower, schedule and generate code for one ATen graph; reuse the disk cache when it can.
@@ -62,7 +66,7 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
     Returns a ``CompiledGraph``, or the graph's own ``forward`` when it cannot be
     compiled (logged on the ``fallbacks`` channel; raised with ``raise_internal_errors``).
     """
-    from ..codegen.triton.module import generate_module
+    from ..codegen.triton.module import generate_module, split_module
     from ..lowering.lower import lower_graph
     from ..runtime import code_cache
     from ..runtime.launcher import make_launcher
@@ -82,7 +86,9 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
     else:
         try:
             graph, _ = lower_graph(aten_gm, example_inputs)
+            write_current(options, "loop_ir.txt", graph.__str__)
             schedule = schedule_graph(graph)
+            write_current(options, "schedule.txt", schedule.__str__)
             source, _ = generate_module(schedule, persistent_limit)
         except Exception as error:
             if options.raise_internal_errors:
@@ -93,13 +99,13 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
             return aten_gm.forward
         code_cache.write_module(path, source)
     logs.log("output_code", f"{path}\n{source}")
-    if options.debug_dir:
-        os.makedirs(options.debug_dir, exist_ok=True)
-        with open(os.path.join(options.debug_dir, f"graph_{key[:12]}.py"), "w") as f:
-            f.write(source)
-    module = code_cache.load_module(path)
-    launchers = {name: make_launcher(getattr(module, name), name, meta, source, cache_dir, autotune)
-                 for name, meta in module.KERNELS.items()}
+    write_current(options, "kernels.py", lambda: split_module(source)[0])
+    write_current(options, "wrapper.py", lambda: split_module(source)[1])
+    with phase_timer.phase("kernel_compile"):  # loading; Triton compiles each kernel on its first launch
+        module = code_cache.load_module(path)
+        launchers = {name: make_launcher(getattr(module, name), name, meta, source, cache_dir, autotune)
+                     for name, meta in module.KERNELS.items()}
+    counters["kernels"] += len(launchers)
     call = module.make_call(launchers)
     elapsed = time.perf_counter() - start
     logs.log("perf", f"compiled graph {key[:12]} in {elapsed * 1000:.1f} ms ({'disk cache' if hit else 'fresh'})")

@@ -7,6 +7,8 @@ run the function eagerly.
 """
 from __future__ import annotations
 
+import functools
+import os
 import time
 from dataclasses import dataclass
 
@@ -15,6 +17,8 @@ import torch
 from .. import logs
 from ..counters import counters
 from ..errors import BackendCompilerFailed, InternalError, Unsupported
+from ..tools.debug_dir import source_of, write_current
+from ..tools.phases import phase_timer
 from .codegen import EntryCodegen, generate_diagnosis, generate_entry
 from .interpreter import Frame
 from .reconstruct import ReturnCodegen, collect_tensor_outputs
@@ -63,6 +67,19 @@ def _run_context_decorated(tracer: Tracer, fn, frame: Frame):
         tracer.current_frame = None
 
 
+def _timed_compile(capture):
+    """One compile record per captured call, named after the user's function and
+    file:line: ``explain``, the bench and SURGE_DEBUG_DIR's folders follow it."""
+    @functools.wraps(capture)
+    def timed(fn, *rest):
+        code = fn.__code__
+        name = f"{fn.__qualname__} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})"
+        with phase_timer.compile(name), phase_timer.phase("capture"):
+            return capture(fn, *rest)
+    return timed
+
+
+@_timed_compile
 def capture_call(fn, args: tuple, kwargs: dict, options, backend) -> CacheEntry:
     """Capture ``fn(*args, **kwargs)``; never raises unless fullgraph/raise_internal_errors ask."""
     start = time.perf_counter()
@@ -116,8 +133,11 @@ def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
     example_inputs = [real for _, real in builder.inputs]
     if logs.enabled("graph"):
         logs.log("graph", f"captured graph of {fn.__qualname__}:\n{gm.print_readable(print_output=False)}")
+    write_current(options, "source.py", source_of(fn))
+    write_current(options, "graph.py", gm.print_readable(print_output=False))
     try:
-        compiled = backend(gm, example_inputs)
+        with phase_timer.phase("other"):  # the backend times its own phases; the rest is not capture
+            compiled = backend(gm, example_inputs)
     except Exception as e:
         raise BackendCompilerFailed(f"backend {getattr(backend, '__name__', backend)} raised "
                                     f"{type(e).__name__}: {e}") from e
@@ -131,6 +151,7 @@ def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
     )
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer),
                        graph=gm, compile_seconds=time.perf_counter() - start)
+    write_current(options, "guards.txt", entry.guards_text)
     _log_entry(fn, entry)
     return entry
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..options import Options
+from ..tools.phases import phase_timer
 from .cache import private_cache
 from .entry import compile_callable
 
@@ -33,6 +34,7 @@ class ExplainReport:
     ops_per_graph: list = field(default_factory=list)
     fallbacks: list = field(default_factory=list)  # BreakReason of each frame run eagerly
     compile_times: list = field(default_factory=list)
+    compile_records: list = field(default_factory=list)  # phases.CompileRecord made during the call
     out: object = None
 
     @property
@@ -60,6 +62,9 @@ class ExplainReport:
             lines.extend("  " + line for line in text.splitlines())
         if self.compile_times:
             lines.append("Capture time: " + ", ".join(f"{t * 1000:.1f} ms" for t in self.compile_times))
+        if self.compile_records:
+            lines.append("Compile time by phase (self time of each phase):")
+            lines.extend(f"  {record.format()}" for record in self.compile_records)
         return "\n".join(lines)
 
 
@@ -67,8 +72,9 @@ def explain(fn_or_module, options: Options):
     def run(*args, **kwargs):
         records: list = []
         compiled = compile_callable(fn_or_module, options, cache_factory=private_cache, records=records)
+        records_before = len(phase_timer.records)
         out = compiled(*args, **kwargs)
-        report = ExplainReport(out=out)
+        report = ExplainReport(out=out, compile_records=phase_timer.records[records_before:])
         for entry in records:
             report.guards.append(entry.guards_text)
             report.compile_times.append(entry.compile_seconds)

@@ -16,6 +16,7 @@ import torch.fx
 
 from .. import logs
 from ..errors import SurgeError
+from ..tools.phases import phase_timer
 from . import ops_index, ops_pointwise, ops_reduction, ops_view  # noqa: F401  (register rules)
 from .ir import (
     ComputedBuffer, ExternBuffer, GraphOutput, InputBuffer, Layout, LoopGraph, TensorArg,
@@ -197,21 +198,44 @@ class Lowering:
         if len(placeholders) != len(self.example_inputs):
             raise LoweringError(f"graph has {len(placeholders)} inputs, got {len(self.example_inputs)} examples")
         outputs = None
+        copy_backs = []
         for node in self.gm.graph.nodes:
             self.node = node
             if node.op == "placeholder":
                 self.env[node] = self.lower_input(node, self.example_inputs[len(self.inputs)])
             elif node.op == "get_attr":
                 self.env[node] = self.lower_constant(node)
+            elif _is_copy_back(node):
+                copy_backs.append(node)
             elif node.op == "call_function":
                 self.env[node] = self.lower_call(node)
             elif node.op == "output":
                 outputs = self.lower_outputs(node)
             else:
                 raise LoweringError(f"unsupported FX node kind {node.op!r} ({node.format_node()})")
+        self.lower_copy_backs(copy_backs)
         graph = LoopGraph(self.inputs, self.buffers, outputs, self.device)
         graph.single_output = self.single_output
         return graph
+
+    def lower_copy_backs(self, nodes) -> None:
+        """The final copies into mutated inputs, after everything that reads them.
+
+        Pointwise values are computed lazily, where they are realized (often at the
+        graph outputs), and may read an input's old value: every new value is
+        realized first, then all copies run.
+        """
+        input_names = {b.name for b in self.inputs}
+        for node in nodes:
+            self.node = node
+            value = self.env[node.args[1]]
+            if isinstance(value, LazyTensor):
+                reads_input = value.view is not None and value.view[0] in input_names
+                self.env[node.args[1]] = self.realize(value, Layout.contiguous(value.shape) if reads_input else None)
+        for node in nodes:
+            self.node = node
+            self.env[node] = self.lower_call(node)
+        self.node = None
 
     def lower_input(self, node, example):
         if not isinstance(example, torch.Tensor):
@@ -281,6 +305,12 @@ class Lowering:
         return results
 
 
+def _is_copy_back(node) -> bool:
+    """The aot layer's copy of a mutated input's final value into it (nothing reads it)."""
+    return (node.op == "call_function" and node.target is torch.ops.aten.copy_.default
+            and node.args[0].op in ("placeholder", "get_attr") and not node.users)
+
+
 def _merge_origins(*groups) -> tuple:
     out = []
     for group in groups:
@@ -338,6 +368,7 @@ def _all_tensors_on(device, args, kwargs) -> bool:
     return ok
 
 
+@phase_timer.phase("lowering")
 def lower_graph(gm: torch.fx.GraphModule, example_inputs, device: torch.device | None = None):
     """The ``LoopGraph`` of ``gm``, plus the constant tensors it reads as extra inputs."""
     if device is None:

@@ -15,6 +15,8 @@ import hashlib
 import json
 import os
 
+from ..tools.phases import phase_timer
+
 
 def next_power_of_2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
@@ -85,6 +87,7 @@ def store_choice(cache_dir: str, key: str, config: dict, timings: list) -> None:
     os.replace(tmp, path)
 
 
+@phase_timer.phase("autotune")
 def benchmark(run, configs: list) -> tuple:
     """The fastest config by median time of ``run(config)``, and all the timings."""
     from triton.testing import do_bench

@@ -5,6 +5,7 @@ import dataclasses
 
 from .. import logs
 from ..lowering.ir import LoopGraph
+from ..tools.phases import phase_timer
 from .fusion import fuse, mark_stores, name_groups
 from .groups import KernelGroup
 from .memory import MemoryPlan, plan_memory
@@ -28,6 +29,7 @@ class Schedule:
         return "\n".join([str(s) for s in self.steps] + [str(self.memory)])
 
 
+@phase_timer.phase("scheduling")
 def schedule_graph(graph: LoopGraph) -> Schedule:
     steps = fuse(graph)
     mark_stores(graph, steps)

@@ -15,9 +15,18 @@ file_name, text)``; the usual files of one graph folder are
 and ``index.txt`` in the folder lists them, one line each, in the order they
 were written. ``DIR/index.txt`` lists the graph folders. Folder names come from
 ``unique_graph_name`` so two compiles never overwrite each other.
+
+Layers below the frontend do not know which graph they work for: they call
+``write_current(options, file_name, text)``, which writes into the folder of the
+compile open on this thread (``phases.PhaseTimer.compile``), so every artifact
+of one captured graph lands in one folder. Inside ``artifact_part("backward")``
+(the aot layer compiling a backward graph) file names get a ``backward_``
+prefix, so the backward's kernels do not replace the forward's.
 """
 from __future__ import annotations
 
+import contextlib
+import inspect
 import itertools
 import os
 import re
@@ -27,6 +36,7 @@ INDEX_FILE = "index.txt"
 
 _counter = itertools.count()
 _lock = threading.Lock()
+_part = threading.local()
 
 
 def enabled(options) -> bool:
@@ -66,6 +76,49 @@ def write_artifact(options, graph_name: str, file_name: str, text: str) -> str |
         if new_folder:
             _upsert_index_line(os.path.join(root, INDEX_FILE), graph_name, graph_name + "/")
     return path
+
+
+def write_current(options, file_name: str, text) -> str | None:
+    """Write an artifact of the compile open on this thread; None when off.
+
+    ``text`` may be a function that makes the text: it is called only when the
+    debug dir is on, so printing a large IR costs nothing otherwise."""
+    if not enabled(options):
+        return None
+    if callable(text):
+        text = text()
+    from .phases import phase_timer
+
+    record = phase_timer.current_record()
+    if record is None:  # written outside any compile: a folder of its own
+        folder = unique_graph_name("graph")
+    else:
+        if record.debug_folder is None:
+            record.debug_folder = unique_graph_name(record.name)
+        folder = record.debug_folder
+    prefix = getattr(_part, "name", None)
+    return write_artifact(options, folder, f"{prefix}_{file_name}" if prefix else file_name, text)
+
+
+def source_of(fn) -> str:
+    """``source.py``: the user's source of ``fn``, headed by its file:line."""
+    code = fn.__code__
+    try:
+        lines, first_line = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return f"# {code.co_filename}:{code.co_firstlineno} (source not available)\n"
+    return f"# {code.co_filename}:{first_line}\n" + "".join(lines)
+
+
+@contextlib.contextmanager
+def artifact_part(name: str):
+    """Artifacts written inside are named ``{name}_{file_name}``."""
+    outer = getattr(_part, "name", None)
+    _part.name = name
+    try:
+        yield
+    finally:
+        _part.name = outer
 
 
 def _upsert_index_line(index_path: str, key: str, line: str) -> None:

@@ -46,6 +46,8 @@ class CompileRecord:
     seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     total: float = 0.0
     current_phase: str | None = None
+    # The SURGE_DEBUG_DIR folder of this compile, named on its first artifact.
+    debug_folder: str | None = None
 
     def format(self) -> str:
         parts = [f"{p}={s * 1e3:.1f}ms" for p, s in self.seconds.items() if s > 0]
@@ -79,6 +81,10 @@ class PhaseTimer:
             local.stack = []
             local.record = None
         return local
+
+    def current_record(self) -> CompileRecord | None:
+        """The compile open on this thread, if any."""
+        return self._state().record
 
     @contextlib.contextmanager
     def compile(self, name: str):

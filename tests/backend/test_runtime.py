@@ -6,6 +6,8 @@ import textwrap
 
 import torch
 
+from surge.tools.debug_dir import read_artifacts
+
 from .helpers import compile_fn, randn
 
 PROGRAM = textwrap.dedent("""
@@ -42,8 +44,9 @@ def test_debug_dir_and_output_code_log(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("SURGE_DEBUG_DIR", str(tmp_path / "dbg"))
     monkeypatch.setenv("SURGE_LOGS", "schedule,output_code")
     c = compile_fn(lambda x: x.relu() * 3 + 1, randn(5, 3))
-    dumped = os.listdir(tmp_path / "dbg")
-    assert len(dumped) == 1 and open(tmp_path / "dbg" / dumped[0]).read() == c.source
+    (files,) = read_artifacts(str(tmp_path / "dbg")).values()  # one folder: one compiled graph
+    assert list(files) == ["loop_ir.txt", "schedule.txt", "kernels.py", "wrapper.py"]
+    assert c.source.startswith(files["kernels.py"]) and c.source.endswith(files["wrapper.py"])
     err = capfd.readouterr().err
     assert "[surge:schedule]" in err and "[surge:output_code]" in err and "@triton.jit" in err
 

@@ -79,3 +79,4 @@ def test_surge_compile_with_cpp_backend_inference_and_training():
     model(xi).square().sum().backward()
     torch.testing.assert_close(got, xi.grad, atol=1e-4, rtol=1e-4)
     assert surge.counters["graphs"] >= 1 and surge.counters["fallbacks"] == 0
+    assert surge.counters["kernels"] >= 2, "forward and backward kernels are counted"

@@ -87,8 +87,6 @@ def test_debug_dir_written_by_the_pipeline_follows_the_layout(monkeypatch, tmp_p
     x = [torch.randn(8, 32), torch.randn(32), torch.randn(32)]
     torch.testing.assert_close(compiled(*x), layernorm_gelu(*x))
     written = os.listdir(tmp_path)
-    if not written:
-        pytest.skip("no layer writes through surge.tools.debug_dir yet")
     # Every artifact lives in a graph folder listed in the top index, with its own index.
     assert INDEX_FILE in written
     with open(tmp_path / INDEX_FILE) as f:

@@ -42,7 +42,7 @@ class RowCachePlanner:
             if m is None:
                 return list(v.children)
             return [] if m.role == "reduction" else [m.value]
-        if isinstance(v, (Op,)):
+        if isinstance(v, Op):
             return list(v.children)
         return []   # constants, indices; masked values are computed under their condition
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ...schedule.groups import KernelGroup
+from ...tools.phases import phase_timer
 from ...schedule.scheduler import Schedule
 from ..common import prepare_kernel
 from ..wrapper import generate_wrapper
@@ -18,6 +19,10 @@ libdevice = libdevice_module()
 '''
 
 
+KERNELS_LINE = "\nKERNELS = "
+
+
+@phase_timer.phase("codegen")
 def generate_module(schedule: Schedule, persistent_limit: int = 8192) -> tuple:
     """(module source, {kernel name: KernelSource})."""
     buffers = schedule.graph.by_name
@@ -41,6 +46,14 @@ def generate_module(schedule: Schedule, persistent_limit: int = 8192) -> tuple:
                        persistent=ks.persistent, index_bits=ks.index_bits,
                        signature={p: t for p, _, t in ks.params})
             for name, ks in kernels.items()}
-    parts.append("\nKERNELS = " + repr(meta) + "\n")
+    parts.append(KERNELS_LINE + repr(meta) + "\n")
     parts.append(generate_wrapper(schedule, launch_args))
     return "\n".join(parts), kernels
+
+
+def split_module(source: str) -> tuple:
+    """(kernels with their metadata, host wrapper): the two halves of a generated
+    module, shown apart in the debug dir."""
+    head, line, rest = source.partition(KERNELS_LINE)
+    kernels_line, _, wrapper = rest.partition("\n")
+    return head + line + kernels_line + "\n", wrapper.lstrip("\n")
