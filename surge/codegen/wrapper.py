@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..lowering.ir import ExternBuffer, LoopGraph, TensorArg
+from ..lowering.ir import ExternBuffer, InputBuffer, LoopGraph, TensorArg
 from ..schedule.groups import KernelGroup
 from ..schedule.scheduler import Schedule
 
@@ -51,13 +51,21 @@ class WrapperWriter:
         self.launch_args = launch_args      # kernel name -> buffer names in param order
         self.by_name = self.graph.by_name
         self.lines: list[str] = []
+        # ops returning several tensors: their result is a tuple, its elements are checked
+        self.tuple_results = {b.parent for b in self.by_name.values()
+                              if isinstance(b, ExternBuffer) and b.parent is not None}
 
     def tensor_arg(self, a: TensorArg) -> str:
         if a.layout is None:
             return a.buffer
         lay = a.layout
+        offset = str(int(lay.offset))
+        if isinstance(self.by_name[a.buffer], InputBuffer):
+            # a graph input may itself start inside its storage (a view); layouts
+            # count from its first element, as the kernels do from its data_ptr
+            offset = f"{a.buffer}.storage_offset() + {offset}"
         return (f"as_strided({a.buffer}, {_shape_literal(lay.shape)}, {_shape_literal(lay.stride)}, "
-                f"{int(lay.offset)})")
+                f"{offset})")
 
     def argument(self, a) -> str:
         if isinstance(a, TensorArg):
@@ -90,10 +98,11 @@ class WrapperWriter:
                     body.append(f"{name} = empty_strided({_shape_literal(buf.layout.shape)}, "
                                 f"{_shape_literal(buf.layout.stride)}, device={device}, dtype={buf.dtype})")
             if isinstance(step, KernelGroup):
-                args = ", ".join(self.launch_args["triton_" + step.name])
+                args = ", ".join(self.kernel_arg(n) for n in self.launch_args["triton_" + step.name])
                 body.append(f"{step.name}({args})")
             else:
                 body.append(self.extern_line(step.buffer))
+                body.extend(self.layout_check(step.buffer))
             dead = [n for n in sm.free_after if n not in reused]
             if dead:
                 body.append(f"del {', '.join(dead)}")
@@ -105,6 +114,26 @@ class WrapperWriter:
         out.extend("        " + line for line in body)
         out.append("    return call")
         return "\n".join(out) + "\n"
+
+    def kernel_arg(self, name: str) -> str:
+        """Kernels index from the storage's start (the layout's offset is in their
+        index expressions); a tensor argument passes its data_ptr, which points
+        past its storage offset, so an extern view is passed from its storage start."""
+        buf = self.by_name[name]
+        if isinstance(buf, ExternBuffer) and int(buf.layout.offset):
+            return f"as_strided({name}, (1, ), (1, ), 0)"
+        return name
+
+    def layout_check(self, buf: ExternBuffer) -> list:
+        """An extern op's result may be laid out otherwise than traced (its strides can
+        follow its inputs', which the schedule may have realized differently): kernels
+        and views of it assume the traced layout."""
+        if buf.name in self.tuple_results:
+            return []
+        lay = buf.layout
+        shape, stride, offset = _shape_literal(lay.shape), _shape_literal(lay.stride), int(lay.offset)
+        return [f"if {buf.name}.stride() != {stride} or {buf.name}.storage_offset() != {offset}:",
+                f"    {buf.name} = relayout({buf.name}, {shape}, {stride}, {offset})"]
 
     def extern_line(self, buf: ExternBuffer) -> str:
         if buf.parent is not None:
@@ -130,5 +159,18 @@ as_strided = torch.as_strided
 '''
 
 
+# ``t``'s values in the layout the kernels were generated for; with an offset,
+# in a storage that starts that many elements before the values, as traced.
+RELAYOUT_HELPER = '''
+
+def relayout(t, shape, stride, offset):
+    out = torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device)
+    if offset:
+        out = torch.empty(offset + out.untyped_storage().nbytes() // t.element_size(), dtype=t.dtype,
+                          device=t.device).as_strided(shape, stride, offset)
+    return out.copy_(t)
+'''
+
+
 def generate_wrapper(schedule: Schedule, launch_args: dict) -> str:
-    return WRAPPER_PRELUDE + "\n\n" + WrapperWriter(schedule, launch_args).write()
+    return WRAPPER_PRELUDE + RELAYOUT_HELPER + "\n\n" + WrapperWriter(schedule, launch_args).write()

@@ -175,12 +175,46 @@ def select(ctx, x, dim, index):
 
 @register_lowering(aten.as_strided)
 def as_strided(ctx, x, size, stride, storage_offset=None):
+    """A strided view of ``x``'s buffer. The graph's offset counts in the storage ``x``
+    had when traced; ``x``'s buffer may hold it elsewhere (realized on its own, or an
+    input that starts inside its storage), so positions are rebased: traced position
+    ``p`` of an element of ``x`` is buffer position ``p - traced offset + layout offset``."""
+    from .lower import LoweringError
+
+    traced = ctx.node.args[0].meta.get("val")
+    if not isinstance(traced, torch.Tensor):
+        raise NotLowered("as_strided of an input without traced metadata")
+    traced_stride = sym_shape(traced.stride())
     lay = _layout(x)
-    if lay is None or lay.offset != 0 or not _is_contiguous(lay):
-        raise NotLowered("as_strided of a computed value")
+    if lay is None or tuple(lay.stride) != tuple(traced_stride):
+        if not _is_dense_strides(traced.shape, traced.stride()):
+            raise LoweringError(f"as_strided of a value traced with overlapping strides {traced.stride()}")
+        lay = Layout(x.shape, traced_stride, sym(0))
+        x = ctx.realize(x, lay)
     shape = sym_shape(size)
-    new = Layout(shape, sym_shape(stride), sym(storage_offset or 0))
+    new = Layout(shape, sym_shape(stride), sym(storage_offset or 0) - traced.storage_offset() + lay.offset)
+    if not (_span(lay)[0] <= _span(new)[0] and _span(new)[1] <= _span(lay)[1]):
+        # it reads storage around x that x's buffer does not hold
+        raise LoweringError("as_strided reaching outside its input's elements")
     return x.with_view(shape, new, None)
+
+
+def _span(lay: Layout) -> tuple:
+    """(lowest, highest) storage positions a layout reaches."""
+    low = high = int(lay.offset)
+    for size, st in zip(lay.shape, lay.stride):
+        reach = (int(size) - 1) * int(st)
+        low, high = (low + reach, high) if reach < 0 else (low, high + reach)
+    return low, high
+
+
+def _is_dense_strides(shape, stride) -> bool:
+    expected = 1
+    for st, size in sorted((st, size) for st, size in zip(stride, shape) if size != 1):
+        if st != expected:
+            return False
+        expected *= size
+    return True
 
 
 @register_lowering(aten.flip)

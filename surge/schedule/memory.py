@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+
 from ..lowering.ir import ExternBuffer, LoopGraph
-from .fusion import consumers
+from .fusion import consumers, read_buffers
 from .groups import KernelGroup
 
 
@@ -39,6 +41,36 @@ def _reuse_key(buf):
     return (tuple(buf.layout.shape), tuple(buf.layout.stride), buf.layout.offset, buf.dtype, buf.device)
 
 
+def _may_alias(buf) -> bool:
+    """An extern call whose result may share storage with its arguments (a view)."""
+    if not isinstance(buf, ExternBuffer):
+        return False
+    if buf.parent is not None:
+        return True   # an element of a multi-output result: checked through its parent
+    if not isinstance(buf.op, torch._ops.OpOverload):
+        return True   # unknown callable: assume it returns a view
+    return any(r.alias_info is not None for r in buf.op._schema.returns)
+
+
+def _keep_bases_alive(graph: LoopGraph, users: dict, last_use: dict) -> set:
+    """A view made by an extern call holds its base's storage: the base lives as
+    long as its views (forever when a view is a graph output). Returns the views,
+    whose storage is not theirs to reuse."""
+    views = set()
+    outputs = {name for name, readers in users.items() if -1 in readers}
+    for buf in reversed(graph.buffers):   # views of views first, so lifetimes chain
+        if not _may_alias(buf):
+            continue
+        views.add(buf.name)
+        for base in read_buffers(buf):
+            if buf.name in outputs:
+                outputs.add(base)
+                last_use.pop(base, None)
+            elif base in last_use and buf.name in last_use:
+                last_use[base] = max(last_use[base], last_use[buf.name])
+    return views
+
+
 def plan_memory(graph: LoopGraph, steps: list) -> MemoryPlan:
     users = consumers(graph, steps)
     by_name = graph.by_name
@@ -49,6 +81,11 @@ def plan_memory(graph: LoopGraph, steps: list) -> MemoryPlan:
     for name, readers in users.items():
         if -1 not in readers and name in in_memory:
             last_use[name] = max(readers)
+    for k, step in enumerate(steps):
+        for name in (step.stores if isinstance(step, KernelGroup) else [step.buffer.name]):
+            if name not in users:            # written but never read: dead at once
+                last_use.setdefault(name, k)
+    views = _keep_bases_alive(graph, users, last_use)
     input_names = {b.name for b in graph.inputs}
     pool: dict[tuple, list] = {}
     plan = MemoryPlan([StepMemory() for _ in steps])
@@ -64,17 +101,13 @@ def plan_memory(graph: LoopGraph, steps: list) -> MemoryPlan:
                 else:
                     sm.allocate.append((name, None))
                     plan.allocations += 1
-            made = list(step.stores)
-        else:
-            made = [step.buffer.name]
-        for name in made:
-            if name not in users:            # written but never read: dead at once
-                last_use.setdefault(name, k)
         for name, last in last_use.items():
             if last == k and name not in input_names:
                 sm.free_after.append(name)
                 buf = by_name[name]
                 if isinstance(buf, ExternBuffer) and buf.parent is None and not buf.layout.shape and buf.op:
                     continue  # a multi-output call's tuple, not storage
+                if name in views:
+                    continue  # its storage is its base's
                 pool.setdefault(_reuse_key(buf), []).append(name)
     return plan

@@ -16,6 +16,7 @@ import torch
 
 from . import timing
 from .bench import compare
+from ..options import Options
 from .debug_dir import read_artifacts
 from .phases import format_breakdown, phase_timer
 
@@ -93,7 +94,8 @@ def show_case(title, target, make_inputs, device, backend, debug_root, out) -> b
     records_before = len(phase_timer.records)
     handed_to_backend = []
     with tempfile.TemporaryDirectory(dir=debug_root) as debug_dir:
-        compiled = surge.compile(target, backend=recording(backend, handed_to_backend),
+        options = Options.from_env().replace(debug_dir=debug_dir)
+        compiled = surge.compile(target, backend=recording(backend, handed_to_backend, options),
                                  options={"debug_dir": debug_dir})
         inputs, fresh = make_inputs(0), make_inputs(1)
         with torch.no_grad():
@@ -117,11 +119,12 @@ def show_case(title, target, make_inputs, device, backend, debug_root, out) -> b
     return ok
 
 
-def recording(backend, handed_to_backend: list):
-    """``backend`` (a name or None) as a callable that also keeps what it was given."""
+def recording(backend, handed_to_backend: list, options=None):
+    """``backend`` (a name or None, run with ``options``) as a callable that also
+    keeps what it was given."""
     from ..backends import lookup_backend
 
-    real_backend = lookup_backend(backend)
+    real_backend = lookup_backend(backend, options)
 
     def recording_backend(gm, example_inputs):
         handed_to_backend.append((gm, list(example_inputs)))
