@@ -22,6 +22,8 @@ from .. import logs
 from ..counters import counters
 from ..errors import SurgeError
 from ..options import Options, default_cache_dir
+from ..tools.debug_dir import write_current
+from ..tools.phases import phase_timer
 
 
 class CompilerUnavailable(SurgeError):
@@ -75,6 +77,7 @@ def compile_aten_graph_cpp(aten_gm: torch.fx.GraphModule, example_inputs, option
     return compile_aten_graphs_cpp([(aten_gm, example_inputs)], options, cxx=cxx)[0]
 
 
+@phase_timer.compile("cpp_graph")  # called alone (not under a frontend compile): a record of its own
 def compile_aten_graphs_cpp(graphs, options: Options | None = None, *, cxx: str | None = None) -> list:
     """Several ``(aten_gm, example_inputs)`` into one library: one compiler run for all of them."""
     from ..codegen.cpp.prelude import PRELUDE
@@ -87,7 +90,8 @@ def compile_aten_graphs_cpp(graphs, options: Options | None = None, *, cxx: str 
     prepared = [_host_module(gm, inputs, options, cache_dir, toolchain, f"g{k}_" if len(graphs) > 1 else "")
                 for k, (gm, inputs) in enumerate(graphs)]
     library = PRELUDE + "\n".join(p["module"].CPP_SOURCE for p in prepared)
-    lib, compiled = load_library(library, toolchain, cache_dir)
+    with phase_timer.phase("kernel_compile"):
+        lib, compiled = load_library(library, toolchain, cache_dir)
     counters["kernels"] += sum(len(p["module"].KERNELS) for p in prepared)
     elapsed = time.perf_counter() - start
     logs.log("perf", f"cpp: {len(graphs)} graph(s) in {elapsed * 1000:.1f} ms "
@@ -119,16 +123,17 @@ def _host_module(aten_gm, example_inputs, options: Options, cache_dir: str, tool
         graph, _ = lower_graph(aten_gm, example_inputs)
         if graph.device.type != "cpu":
             raise SurgeError(f"the cpp backend runs CPU tensors, this graph's are on {graph.device}")
+        write_current(options, "loop_ir.txt", graph.__str__)
         schedule = schedule_graph(graph)
-        source = generate_host_module(schedule, generate_cpp_module(schedule, prefix))
+        write_current(options, "schedule.txt", schedule.__str__)
+        with phase_timer.phase("codegen"):
+            source = generate_host_module(schedule, generate_cpp_module(schedule, prefix))
         code_cache.write_module(path, source)
     if logs.enabled("output_code"):
         logs.log("output_code", f"{path}\n{source}")
-    if options.debug_dir:
-        os.makedirs(options.debug_dir, exist_ok=True)
-        with open(os.path.join(options.debug_dir, f"graph_{key[:12]}_cpp.py"), "w") as f:
-            f.write(source)
     module = code_cache.load_module(path)
+    write_current(options, "kernels.cpp", lambda: module.CPP_SOURCE)
+    write_current(options, "wrapper.py", source)
     return dict(module=module, source=source, path=path, schedule=schedule, hit=hit, constants=constants)
 
 

@@ -73,15 +73,8 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
     from ..runtime.triton_mode import interpreting
     from ..schedule import schedule_graph
 
-    options = options or Options.from_env()
-    device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
-    if device.type != "cuda" and not (device.type == "cpu" and interpreting()):
-        # Kernels run on CUDA tensors, or on CPU tensors in Triton's interpreter
-        # (TRITON_INTERPRET=1, which Triton reads when it is imported).
-        logs.log("fallbacks", f"triton backend runs a graph on {device.type} tensors eagerly"
-                              + (" (TRITON_INTERPRET is off)" if device.type == "cpu" else ""))
-        return aten_gm.forward
     start = time.perf_counter()
+    options = options or Options.from_env()
     cache_dir = default_cache_dir(options)
     constants = _constants_of(aten_gm)
     key = code_cache.graph_key(aten_gm, example_inputs, constants, (persistent_limit, interpreting()))
@@ -126,5 +119,14 @@ def triton_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: O
     options = options or Options.from_env()
 
     def compiler(aten_gm, inputs):
+        from ..runtime.triton_mode import interpreting
+
+        device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
+        if device.type != "cuda" and not (device.type == "cpu" and interpreting()):
+            # Kernels run on CUDA tensors, or on CPU tensors in Triton's interpreter
+            # (TRITON_INTERPRET=1, which Triton reads when it is imported).
+            logs.log("fallbacks", f"triton backend runs a graph on {device.type} tensors eagerly"
+                                  + (" (TRITON_INTERPRET is off)" if device.type == "cpu" else ""))
+            return aten_gm.forward
         return compile_aten_graph(aten_gm, inputs, options)
     return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler, options=options)

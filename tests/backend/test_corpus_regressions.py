@@ -81,12 +81,11 @@ def test_recurrent_layers_through_surge_compile():
 
 
 def test_graph_on_meta_tensors_runs_eagerly():
+    # no kernel can run on meta tensors: the backend hands back the ATen graph
     def affine(x):
         return x * 3 + 1
 
-    x = torch.empty(3, device="meta")
-    compiled = compile_fn(affine, x)
-    assert not isinstance(compiled, CompiledGraph)
-    out = compiled(x)
-    out = out[0] if isinstance(out, (tuple, list)) else out
+    compiled = surge.compile(affine, backend="triton")
+    out = compiled(torch.empty(3, device="meta"))
     assert out.device.type == "meta" and out.shape == (3,)
+    torch.testing.assert_close(compiled(torch.ones(3)), torch.full((3,), 4.0))
