@@ -52,6 +52,8 @@ class ExplainReport:
                 lines.append(f"  {i}. {reason.reason}")
                 if reason.location:
                     lines.append(f"     at {reason.location}")
+                if reason.source_line and reason.source_line not in (reason.location or ""):
+                    lines.append(f"     {reason.source_line}")
         for i, (gm, ops) in enumerate(zip(self.graphs, self.ops_per_graph), 1):
             lines.append(f"Graph {i}: {len(ops)} ops: {', '.join(ops)}")
             lines.append("    " + gm.code.strip().replace("\n", "\n    "))
@@ -72,6 +74,8 @@ def explain(fn_or_module, options: Options):
         for entry in records:
             report.guards.append(entry.guards_text)
             report.compile_times.append(entry.compile_seconds)
+            if entry.graph_break is not None:
+                report.break_reasons.append(entry.graph_break)
             if entry.fallback is not None:
                 report.fallbacks.append(entry.fallback)
                 report.break_reasons.append(entry.fallback)
