@@ -94,6 +94,7 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
             if options.raise_internal_errors:
                 raise
             # never fail the user's program: run this graph's ATen ops as they are
+            counters["fallbacks"] += 1
             logs.log("fallbacks", f"triton backend could not compile a graph, running it eagerly: "
                                   f"{type(error).__name__}: {error}")
             return aten_gm.forward

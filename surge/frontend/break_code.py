@@ -28,7 +28,7 @@ from .codegen_bytecode.analysis import call_start, code_facts, live_locals, pops
 from .codegen_bytecode.assembler import (Body, BytecodeError, assemble, call, dump, forward_jump_name,
                                          load_attr, load_local_checked, make_function)
 from .codegen_bytecode.layout import FrameLayout, Slot
-from .resume import ResumeCode, check_layout, reentry_prologue, resume_code, user_location
+from .resume import ResumeCode, check_layout, reentry_prologue, resume_code, user_location, user_name
 
 # Instructions that may end a break region: everything whose successors are
 # the next instruction and/or one jump target. Loops' FOR_ITER and the
@@ -109,7 +109,7 @@ def break_code(code: types.CodeType, offset: int, layout: FrameLayout, *, count:
         stubs += [label] + hand_off(resume, lineno, call_resume)
 
     line = lineno if lineno is not None else code.co_firstlineno
-    name = f"__surge_break_{code.co_name}_at_{line}_{next(_names)}"
+    name = f"__surge_break_{user_name(code)}_at_{line}_{next(_names)}"
     qualname = code.co_qualname.rpartition(code.co_name)[0] + name
     new = assemble(prologue + body.items + stubs, like=code, name=name, qualname=qualname,
                    argnames=layout.param_names(), freevars=code.co_cellvars + code.co_freevars)

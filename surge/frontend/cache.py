@@ -11,14 +11,17 @@ import weakref
 
 from .. import logs
 from ..counters import counters
+from .breaks import ResumeCaller
 from .capture import CacheEntry, capture_call
 from .codegen import MISS
 
 
 class CodeCache:
-    def __init__(self, code, backend=None):
+    def __init__(self, code, backend=None, resume_cache=None):
         self.code = code
         self.backend = backend
+        # code -> the CodeCache of a resume function this code's graph breaks call.
+        self.resume_cache = resume_cache
         self.entries: list[CacheEntry] = []
         # The entries' generated functions, in lookup order (read on the hot path).
         self.runners: list = []
@@ -53,7 +56,9 @@ class CodeCache:
                          f"({self.code.co_filename}:{self.code.co_firstlineno}): guard failed: "
                          f"{self._failed_guard(fn, args, kwargs)}")
         counters["frames"] += 1
-        entry = capture_call(fn, args, kwargs, options, backend)
+        resume_caller = None if self.resume_cache is None else \
+            ResumeCaller(self.resume_cache, options, backend, records)
+        entry = capture_call(fn, args, kwargs, options, backend, resume_caller)
         self.entries.append(entry)
         self.runners.append(entry.run)
         if records is not None:
@@ -82,15 +87,26 @@ def cache_for(code, backend, fullgraph: bool) -> CodeCache:
     key = (id(backend), fullgraph)
     cache = per_code.get(key)
     if cache is None:
-        cache = CodeCache(code, backend)  # holding the backend keeps its id unique
+        # Holding the backend keeps its id unique.
+        cache = CodeCache(code, backend, lambda resume: cache_for(resume, backend, fullgraph))
         per_code[key] = cache
         _ALL.add(cache)
     return cache
 
 
 def private_cache(code, backend, fullgraph: bool) -> CodeCache:
-    """A cache not shared with other compiles of the same code (used by explain)."""
-    cache = CodeCache(code, backend)
+    """A cache not shared with other compiles of the same code (used by explain); the
+    resume functions its graph breaks call get private caches too."""
+    resume_caches: dict = {}
+
+    def resume_cache(resume):
+        found = resume_caches.get(resume)
+        if found is None:
+            found = resume_caches[resume] = CodeCache(resume, backend, resume_cache)
+            _ALL.add(found)
+        return found
+
+    cache = CodeCache(code, backend, resume_cache)
     _ALL.add(cache)
     return cache
 

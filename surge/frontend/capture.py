@@ -1,9 +1,10 @@
 """Capturing one call: bind the arguments, run the bytecode, build graph and entry.
 
 ``capture_call`` is what a cache miss runs. It returns a ``CacheEntry`` whose
-generated function serves later calls that pass the same guards: either a
-compiled graph, or (when the frame cannot be captured) a recorded decision to
-run the function eagerly.
+generated function serves later calls that pass the same guards: a compiled
+graph; a graph of the frame up to a graph break, followed by the break code
+(``breaks.py``); or, when the frame can be neither captured nor split, a
+recorded decision to run the function eagerly.
 """
 from __future__ import annotations
 
@@ -19,12 +20,16 @@ from ..counters import counters
 from ..errors import BackendCompilerFailed, InternalError, Unsupported
 from ..tools.debug_dir import source_of, write_current
 from ..tools.phases import phase_timer
+from .binding import bind_root
+from .breaks import BreakRunner, BreakState, BreakStateCodegen, ResumeCaller, grad_mode_outside_blocks
 from .codegen import EntryCodegen, generate_diagnosis, generate_entry
 from .interpreter import Frame
+from .interpreter.frame import StopForBreak
 from .reconstruct import ReturnCodegen, collect_tensor_outputs
-from .binding import bind_root
+from .resume import is_resume_code, user_name
 from .sources import ClosureSource, ConstTable, RootFunctionSource
 from .tracer import DECORATE_CONTEXT_CODE, Tracer
+from .variables.contexts import set_grad_mode
 from .variables.functions import CellVariable, UserFunctionVariable
 
 
@@ -38,6 +43,17 @@ class BreakReason:
         return f"{self.reason}\n    at {self.location}" if self.location else self.reason
 
 
+@dataclass(frozen=True)
+class BreakPoint:
+    """Where the re-trace stops: the root instruction at ``offset``, started after ``count``
+    traced instructions (the same visit of it, in a loop)."""
+
+    offset: int
+    count: int
+    reason: BreakReason
+    resume_caller: ResumeCaller
+
+
 @dataclass
 class CacheEntry:
     run: object                      # generated fn(fn, args, kwargs) -> result or MISS
@@ -46,6 +62,7 @@ class CacheEntry:
     diagnose: object                 # fn(fn, args, kwargs) -> text of first failing guard
     graph: torch.fx.GraphModule | None = None
     fallback: BreakReason | None = None
+    graph_break: BreakReason | None = None  # the frame was split there
     compile_seconds: float = 0.0
 
 
@@ -71,40 +88,88 @@ def _timed_compile(capture):
     """One compile record per captured call, named after the user's function and
     file:line: ``explain``, the bench and SURGE_DEBUG_DIR's folders follow it."""
     @functools.wraps(capture)
-    def timed(fn, *rest):
+    def timed(fn, *rest, **kwargs):
         code = fn.__code__
         name = f"{fn.__qualname__} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})"
         with phase_timer.compile(name), phase_timer.phase("capture"):
-            return capture(fn, *rest)
+            return capture(fn, *rest, **kwargs)
     return timed
 
 
 @_timed_compile
-def capture_call(fn, args: tuple, kwargs: dict, options, backend) -> CacheEntry:
-    """Capture ``fn(*args, **kwargs)``; never raises unless fullgraph/raise_internal_errors ask."""
+def capture_call(fn, args: tuple, kwargs: dict, options, backend,
+                 resume_caller: ResumeCaller | None = None) -> CacheEntry:
+    """Capture ``fn(*args, **kwargs)``; never raises unless fullgraph/raise_internal_errors ask.
+
+    When the root frame meets something it cannot capture and ``resume_caller``
+    is given (it compiles resume functions), the frame is traced again up to
+    that instruction and split there (a graph break, ``breaks.py``); otherwise,
+    or when the split is not possible, the frame runs eagerly.
+    """
     start = time.perf_counter()
+    try:
+        return _capture(fn, args, kwargs, options, backend, start)
+    except _Failed as failed:
+        error = failed.error
+        point = getattr(error, "root_instruction", None)
+        if point is None or resume_caller is None or fn.__code__ is DECORATE_CONTEXT_CODE:
+            return _fallback(failed.tracer, fn, error, start)
+        try:
+            return _capture(fn, args, kwargs, options, backend, start,
+                            stop=BreakPoint(point[0], point[1], _reason(error), resume_caller))
+        except _Failed as again:
+            why = Unsupported(f"{error.reason} (and the frame cannot be split there: {again.error.reason})",
+                              error.location)
+            why.source_text = getattr(error, "source_text", "")
+            return _fallback(again.tracer, fn, why, start)
+
+
+class _Failed(Exception):
+    """Capture of the frame failed with ``error``: the caller decides between a break and a fallback."""
+
+    def __init__(self, tracer, error: Unsupported):
+        self.tracer = tracer
+        self.error = error
+
+
+def _reason(error: Unsupported) -> BreakReason:
+    return BreakReason(error.reason, error.location, getattr(error, "source_text", "") or "")
+
+
+def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None = None) -> CacheEntry:
     tracer = Tracer(options)
     grad_before = torch.is_grad_enabled()
     tracer.guards.global_state(grad_before, torch.get_default_dtype())
     try:
         try:
             frame = Frame(tracer, fn.__code__, fn.__globals__, bind_root(tracer, fn, args, kwargs),
-                          _root_cells(fn), name=fn.__qualname__)
+                          _root_cells(fn), name=user_name(fn.__code__) if is_resume_code(fn.__code__)
+                          else fn.__qualname__)
+            if stop is not None:
+                frame.stop_count = stop.count
             if fn.__code__ is DECORATE_CONTEXT_CODE:
                 result = _run_context_decorated(tracer, fn, frame)
             else:
-                result = frame.run()
+                try:
+                    result = frame.run()
+                except StopForBreak as stopped:
+                    if stopped.instruction.offset != stop.offset:
+                        raise Unsupported("the second trace did not reach the same instruction") from None
+                    # CPython continues in the grad mode outside the open `with` blocks
+                    # (the break code re-enters them).
+                    set_grad_mode(tracer, grad_mode_outside_blocks(frame, tracer.grad_enabled))
+                    return _finish_at_break(tracer, fn, frame, stop, backend, start)
             return _finish(tracer, fn, result, options, backend, start)
         finally:
             torch._C._set_grad_enabled(grad_before)
     except Unsupported as e:
         if options.fullgraph:
             raise
-        return _fallback(tracer, fn, e, start)
+        raise _Failed(tracer, e) from None
     except BackendCompilerFailed as e:
         if options.fullgraph:
             raise
-        return _fallback(tracer, fn, Unsupported(f"backend failed: {e}"), start)
+        raise _Failed(tracer, Unsupported(f"backend failed: {e}")) from None
     except Exception as e:
         if options.raise_internal_errors:
             raise
@@ -113,7 +178,62 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend) -> CacheEntry:
         if options.fullgraph:
             raise InternalError(f"surge failed while capturing {fn.__qualname__}: "
                                 f"{type(e).__name__}: {e}" + (f"\n  at {location}" if location else "")) from e
-        return _fallback(tracer, fn, Unsupported(f"internal error: {type(e).__name__}: {e}", location), start)
+        raise _Failed(tracer, Unsupported(f"internal error: {type(e).__name__}: {e}", location)) from None
+
+
+def _has_ops(gm_graph) -> bool:
+    return any(n.op in ("call_function", "call_method", "call_module") and n.target is not torch._C._set_grad_enabled
+               for n in gm_graph.nodes)
+
+
+def _compile_graph(tracer: Tracer, fn, outputs: list, backend, skip_empty: bool):
+    """Hand the graph (outputs: TensorVariables) to the backend; None when skipped as empty."""
+    builder = tracer.graph
+    builder.output([o.node for o in outputs])
+    if skip_empty and not _has_ops(builder.graph):
+        return None, None
+    gm = builder.graph_module()
+    example_inputs = [real for _, real in builder.inputs]
+    if logs.enabled("graph"):
+        logs.log("graph", f"captured graph of {fn.__qualname__}:\n{gm.print_readable(print_output=False)}")
+    write_current(tracer.options, "source.py", source_of(fn))
+    write_current(tracer.options, "graph.py", gm.print_readable(print_output=False))
+    try:
+        with phase_timer.phase("other"):  # the backend times its own phases; the rest is not capture
+            compiled = backend(gm, example_inputs)
+    except Exception as e:
+        raise BackendCompilerFailed(f"backend {getattr(backend, '__name__', backend)} raised "
+                                    f"{type(e).__name__}: {e}") from e
+    counters["graphs"] += 1
+    return gm, compiled
+
+
+def _finish_at_break(tracer: Tracer, fn, frame: Frame, stop: BreakPoint, backend, start) -> CacheEntry:
+    """The entry of a frame split at a graph break: graph, side effects, then the break code."""
+    state = BreakState(frame, frame.instructions[frame.ip].offset)
+    outputs: list = []
+    seen: set = set()
+    state.tensor_outputs(outputs, seen)
+    for value in tracer.side_effects.values():
+        collect_tensor_outputs(value, outputs, seen)
+    output_index = {o.node: i for i, o in enumerate(outputs)}
+    # Fail (and fall back) on a value that cannot be rebuilt before the backend sees the graph.
+    BreakStateCodegen(EntryCodegen(ConstTable()), output_index).state(state)
+    runner = BreakRunner(fn.__code__, fn.__globals__, state, stop.resume_caller)
+    gm, compiled = _compile_graph(tracer, fn, outputs, backend, skip_empty=True)
+    counters["graph_breaks"] += 1
+    logs.log("graph_breaks", f"graph break in {fn.__qualname__}: {stop.reason}")
+    runner_name = tracer.consts.ref(runner, "run_break")
+    source, run = generate_entry(
+        tracer.guards, tracer.consts, input_sources=[source for source, _ in tracer.graph.inputs],
+        return_expr=lambda cg: BreakStateCodegen(cg, output_index).state(state),
+        effects=lambda cg: tracer.side_effects.statements(cg, BreakStateCodegen(cg, output_index).expr),
+        compiled=compiled, counters=counters, finish=f"{runner_name}(fn, result)",
+    )
+    entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer), graph=gm,
+                       graph_break=stop.reason, compile_seconds=time.perf_counter() - start)
+    _log_entry(fn, entry)
+    return entry
 
 
 def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
@@ -122,27 +242,14 @@ def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
     collect_tensor_outputs(result, outputs, seen)
     for value in tracer.side_effects.values():
         collect_tensor_outputs(value, outputs, seen)
-    builder = tracer.graph
-    # Every successful capture hands a graph to the backend, even one without ops
-    # (a function that only rearranges its inputs): counts stay predictable.
-    builder.output([o.node for o in outputs])
     output_index = {o.node: i for i, o in enumerate(outputs)}
     # Fail (and fall back) on an unreturnable value before the backend sees the graph.
     ReturnCodegen(EntryCodegen(ConstTable()), output_index).expr(result)
-    gm = builder.graph_module()
-    example_inputs = [real for _, real in builder.inputs]
-    if logs.enabled("graph"):
-        logs.log("graph", f"captured graph of {fn.__qualname__}:\n{gm.print_readable(print_output=False)}")
-    write_current(options, "source.py", source_of(fn))
-    write_current(options, "graph.py", gm.print_readable(print_output=False))
-    try:
-        with phase_timer.phase("other"):  # the backend times its own phases; the rest is not capture
-            compiled = backend(gm, example_inputs)
-    except Exception as e:
-        raise BackendCompilerFailed(f"backend {getattr(backend, '__name__', backend)} raised "
-                                    f"{type(e).__name__}: {e}") from e
-    counters["graphs"] += 1
-    input_sources = [source for source, _ in builder.inputs]
+    # Every capture of a user function hands a graph to the backend, even one without
+    # ops (a function that only rearranges its inputs): counts stay predictable. A
+    # resume function without ops makes none, as a break's prefix without ops.
+    gm, compiled = _compile_graph(tracer, fn, outputs, backend, skip_empty=is_resume_code(fn.__code__))
+    input_sources = [source for source, _ in tracer.graph.inputs]
     source, run = generate_entry(
         tracer.guards, tracer.consts, input_sources=input_sources,
         return_expr=lambda cg: ReturnCodegen(cg, output_index).expr(result),
@@ -158,7 +265,7 @@ def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
 
 def _fallback(tracer: Tracer, fn, error: Unsupported, start) -> CacheEntry:
     counters["fallbacks"] += 1
-    reason = BreakReason(error.reason, error.location, getattr(error, "source_text", "") or "")
+    reason = _reason(error)
     logs.log("fallbacks", f"{fn.__qualname__} runs eagerly: {reason}")
     source, run = generate_entry(tracer.guards, tracer.consts, input_sources=[], return_expr=None,
                                  run_eagerly=True, counters=counters)

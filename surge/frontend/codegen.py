@@ -58,12 +58,14 @@ def _indent(lines, depth):
 
 
 def generate_entry(guards: GuardSet, consts: ConstTable, *, input_sources: list, return_expr,
-                   effects=None, compiled=None, run_eagerly=False, counters=None):
+                   effects=None, compiled=None, run_eagerly=False, counters=None, finish="result"):
     """Source text and function object of one cache entry.
 
     ``return_expr(codegen)`` writes the return value's expression; ``compiled`` is the
     backend's callable (None when the capture made no graph); ``run_eagerly`` makes an
     entry that only checks guards and runs the original function (a recorded fallback).
+    ``finish`` is the expression returned after the side effects, over ``result`` (a
+    graph break's entry passes the frame state on to the break code there).
     """
     codegen = EntryCodegen(consts)
     for guard in guards.guards:
@@ -83,7 +85,7 @@ def generate_entry(guards: GuardSet, consts: ConstTable, *, input_sources: list,
             body.append(f"out = compiled({', '.join(inputs)})")
         body.append(f"result = {ret}")
         body += writes  # replayed side effects, after the graph ran and the result was read
-        body.append("return result")
+        body.append(f"return {finish}")
     name = f"surge_entry_{next(_entry_ids)}"
     lines = [f"def {name}(fn, args, kwargs):", "    try:"]
     lines += _indent(guard_lines or ["pass"], 2)

@@ -54,6 +54,8 @@ class ExplainReport:
                 lines.append(f"  {i}. {reason.reason}")
                 if reason.location:
                     lines.append(f"     at {reason.location}")
+                if reason.source_line and reason.source_line not in (reason.location or ""):
+                    lines.append(f"     {reason.source_line}")
         for i, (gm, ops) in enumerate(zip(self.graphs, self.ops_per_graph), 1):
             lines.append(f"Graph {i}: {len(ops)} ops: {', '.join(ops)}")
             lines.append("    " + gm.code.strip().replace("\n", "\n    "))
@@ -72,12 +74,17 @@ def explain(fn_or_module, options: Options):
     def run(*args, **kwargs):
         records: list = []
         compiled = compile_callable(fn_or_module, options, cache_factory=private_cache, records=records)
-        records_before = len(phase_timer.records)
+        # By identity, not position: the record list is capped, so its length stops
+        # growing. Holding the old records keeps their ids from being reused.
+        records_before = list(phase_timer.records)
+        seen = {id(r) for r in records_before}
         out = compiled(*args, **kwargs)
-        report = ExplainReport(out=out, compile_records=phase_timer.records[records_before:])
+        report = ExplainReport(out=out, compile_records=[r for r in phase_timer.records if id(r) not in seen])
         for entry in records:
             report.guards.append(entry.guards_text)
             report.compile_times.append(entry.compile_seconds)
+            if entry.graph_break is not None:
+                report.break_reasons.append(entry.graph_break)
             if entry.fallback is not None:
                 report.fallbacks.append(entry.fallback)
                 report.break_reasons.append(entry.fallback)

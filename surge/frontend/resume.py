@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import types
+import weakref
 from dataclasses import dataclass
 
 from bytecode import Instr, TryBegin, TryEnd
@@ -117,6 +118,18 @@ def _with_handler(body: Body, offset: int, depth: int) -> TryBegin:
 
 _names = itertools.count()
 _RESUME_CACHE: dict[tuple, ResumeCode] = {}
+_RESUME_CODES: "weakref.WeakSet[types.CodeType]" = weakref.WeakSet()
+_USER_NAMES: "weakref.WeakKeyDictionary[types.CodeType, str]" = weakref.WeakKeyDictionary()
+
+
+def user_name(code: types.CodeType) -> str:
+    """The user's function name, also for generated code made from generated code."""
+    return _USER_NAMES.get(code, code.co_name)
+
+
+def is_resume_code(code: types.CodeType) -> bool:
+    """Whether ``code`` is a resume function made here."""
+    return code in _RESUME_CODES
 
 
 def resume_code(code: types.CodeType, offset: int, layout: FrameLayout) -> ResumeCode:
@@ -138,7 +151,7 @@ def resume_code(code: types.CodeType, offset: int, layout: FrameLayout) -> Resum
     body.cells_to_free()
     body.checked_local_loads()
     line = lineno if lineno is not None else code.co_firstlineno
-    name = f"__surge_resume_{code.co_name}_at_{line}_{next(_names)}"
+    name = f"__surge_resume_{user_name(code)}_at_{line}_{next(_names)}"
     qualname = code.co_qualname.rpartition(code.co_name)[0] + name
     new = assemble(prologue + body.items, like=code, name=name, qualname=qualname,
                    argnames=layout.param_names(), freevars=code.co_cellvars + code.co_freevars)
@@ -147,4 +160,6 @@ def resume_code(code: types.CodeType, offset: int, layout: FrameLayout) -> Resum
                              f"({user_location(code, offset)}), layout {layout}\n{dump(new)}")
     found = ResumeCode(new, code, offset, layout)
     _RESUME_CACHE[key] = found
+    _RESUME_CODES.add(new)
+    _USER_NAMES[new] = user_name(code)
     return found

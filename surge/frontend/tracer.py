@@ -21,6 +21,8 @@ from .variables.builder import wrap_value
 from .variables.contexts import GeneratorContextVariable, GradModeContextVariable
 from .variables.functions import GeneratorVariable
 
+_MUTABLE_CONTAINERS = (list, dict, set)
+
 # Inlined calls nested deeper than this are most likely unbounded recursion.
 MAX_INLINE_DEPTH = 48
 
@@ -47,6 +49,8 @@ class Tracer:
         self.current_frame = None
         self.instruction_count = 0
         self._wrapped: dict = {}
+        # id -> (value, variable, source) of the mutable containers read from the inputs.
+        self._containers: dict = {}
 
     def wrap(self, value, source):
         if source is None:
@@ -54,8 +58,24 @@ class Tracer:
         found = self._wrapped.get(source)
         if found is not None and found[0] is value:
             return found[1]
-        var = wrap_value(self, value, source)
+        if type(value) in _MUTABLE_CONTAINERS:
+            var = self._wrap_container(value, source)
+        else:
+            var = wrap_value(self, value, source)
         self._wrapped[source] = (value, var)
+        return var
+
+    def _wrap_container(self, value, source):
+        """A list/dict/set read from two places is one object: one variable, so a mutation
+        through one name is seen through the other. Which places alias is guarded."""
+        same = self._containers.get(id(value))
+        if same is not None and same[0] is value:
+            self.guards.add(source, "{v} is {w}", f"{source.name()} is {same[2].name()}", other=same[2])
+            return same[1]
+        for _, _, other in self._containers.values():
+            self.guards.add(source, "{v} is not {w}", f"{source.name()} is not {other.name()}", other=other)
+        var = wrap_value(self, value, source)
+        self._containers[id(value)] = (value, var, source)
         return var
 
     def stack_trace(self) -> str:

@@ -89,3 +89,13 @@ def test_graph_on_meta_tensors_runs_eagerly():
     out = compiled(torch.empty(3, device="meta"))
     assert out.device.type == "meta" and out.shape == (3,)
     torch.testing.assert_close(compiled(torch.ones(3)), torch.full((3,), 4.0))
+
+
+def test_bfloat16_results_round_to_nearest_even():
+    # Triton's interpreter truncates fp32 -> bf16; results must round as eager does
+    def relu_plus_one(x):
+        return torch.relu(x) + 1
+
+    x = (randn(256) * 4).to(torch.bfloat16)
+    compiled = compile_fn(relu_plus_one, x)
+    assert_matches_eager(relu_plus_one, compiled, x, rtol=0, atol=0)

@@ -23,6 +23,15 @@ from surge.frontend.codegen_bytecode.analysis import call_start
 from surge.frontend.codegen_bytecode.layout import FrameLayout, Slot
 from surge.frontend.resume import resume_code
 
+
+@pytest.fixture(autouse=True)
+def _restore_grad_mode():
+    # A known gap (an exception escaping re-entered break code) leaves grad mode
+    # off; later tests must not inherit that.
+    enabled = torch.is_grad_enabled()
+    yield
+    torch.set_grad_enabled(enabled)
+
 EVENTS: list = []
 COUNTER = 0
 

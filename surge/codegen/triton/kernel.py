@@ -15,12 +15,23 @@ import dataclasses
 import torch
 
 from ...lowering.values import Constant, IndexValue, Load, Masked, Op
+from ...runtime.triton_mode import interpreting
 from ..common import KernelPlan, format_index
 from .ops import OP_RULES, POINTER_TYPES, cast_expr, compute_dtype, literal, triton_dtype
 
 INT32_LIMIT = 2**31 - 1
 
 HELPERS = {
+    # fp32 -> bf16 rounding to nearest even, as eager and GPUs round; Triton's CPU
+    # interpreter truncates instead (used only when interpreting)
+    "_to_bf16_rtne": '''
+@triton.jit
+def _to_bf16_rtne(x):
+    bits = x.to(tl.float32).to(tl.uint32, bitcast=True)
+    bits = bits + 0x7FFF + ((bits >> 16) & 1)
+    rounded = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    return tl.where(x != x, x.to(tl.bfloat16), rounded)
+''',
     "_prod_combine": '''
 @triton.jit
 def _prod_combine(a, b):
@@ -191,6 +202,8 @@ class TritonKernelWriter:
             scalar = all(a.scalar for a in args)
             if v.op == "cast":
                 expr = cast_expr(args[0].name, args[0].dtype, v.dtype)
+                if v.dtype == torch.bfloat16 and interpreting():
+                    expr = f"{self.helper('_to_bf16_rtne')}({args[0].name}).to(tl.float32)"
                 if args[0].scalar:
                     return Emitted(expr, v.dtype, False, True)
             else:
@@ -248,7 +261,9 @@ class TritonKernelWriter:
         else:
             e = self.emit(scope, member.value)
         value = self.block(e, e.dtype, with_r)
-        if buf.dtype != compute_dtype(buf.dtype) or buf.dtype != e.dtype:
+        if buf.dtype == torch.bfloat16 and interpreting():
+            value = f"{self.helper('_to_bf16_rtne')}({value})"
+        elif buf.dtype != compute_dtype(buf.dtype) or buf.dtype != e.dtype:
             value = f"{value}.to({triton_dtype(buf.dtype)})"
         pointer = self.pointer(member.buffer.name, out=True)
         index = format_index(member.store_index)

@@ -43,6 +43,15 @@ class FrameSnapshot:
     blocks: list
 
 
+class StopForBreak(Exception):
+    """Raised by a root frame when it reaches the instruction a graph break hands to CPython."""
+
+    def __init__(self, frame, instruction: Instruction):
+        super().__init__(instruction.offset)
+        self.frame = frame
+        self.instruction = instruction
+
+
 class Frame:
     def __init__(self, tracer, code, f_globals: dict, local_vars: dict, cells: dict, parent=None,
                  name: str | None = None, is_generator=False):
@@ -68,6 +77,9 @@ class Frame:
         self.is_generator = is_generator
         self.paused = False
         self.yielded: Variable | None = None
+        # A root frame re-traced for a graph break stops before the instruction
+        # that starts when the tracer has run this many (``StopForBreak``).
+        self.stop_count = -1
 
     # ---- stack ---------------------------------------------------------------
 
@@ -112,12 +124,16 @@ class Frame:
         tracer = self.tracer
         previous = tracer.current_frame
         tracer.current_frame = self
+        count = -1
         try:
             while not self.done and not self.paused:
                 inst = self.instructions[self.ip]
+                count = tracer.instruction_count
+                if count == self.stop_count:
+                    raise StopForBreak(self, inst)
                 self.current = inst
                 self.ip += 1
-                tracer.instruction_count += 1
+                tracer.instruction_count = count + 1
                 if tracer.instruction_count > MAX_INSTRUCTIONS:
                     unsupported("the trace ran too many instructions (an endless loop?)")
                 handler = HANDLERS.get(inst.opname)
@@ -131,6 +147,9 @@ class Frame:
         except Unsupported as e:
             if e.location is None:
                 attach_location(e, self)
+            if self.parent is None and count >= 0 and getattr(e, "root_instruction", None) is None:
+                # Where a graph break would split the root frame: before this instruction.
+                e.root_instruction = (self.current.offset, count)
             raise
         finally:
             tracer.current_frame = previous

@@ -14,12 +14,12 @@ import weakref
 
 import torch
 
-from ..sources import ItemSource
+from ..sources import AttrSource, ItemSource
 from .base import unsupported
 from .builtins import BUILTIN_RULES, BuiltinVariable
 from .constant import ConstantVariable, is_constant_value
-from .containers import DictVariable, ListVariable, SetVariable, TupleVariable
-from .functions import UserFunctionVariable, UserMethodVariable
+from .containers import DictVariable, IteratorVariable, ListVariable, SetVariable, TupleVariable
+from .functions import OpaqueCallableVariable, UserFunctionVariable, UserMethodVariable
 from .objects import (
     ClassVariable, NNModuleVariable, PythonModuleVariable, UserObjectVariable, WeakRefVariable, is_torch_library_code,
 )
@@ -70,6 +70,8 @@ def wrap_value(tx, value, source):
                        f"{source.name()} == {set(value)!r}")
         return SetVariable({v: ConstantVariable(v) for v in value}, source=source,
                            frozen=type(value) is frozenset)
+    if type(value) is _LIST_ITERATOR:
+        return _wrap_list_iterator(tx, value, source)
     if isinstance(value, torch.nn.Module):
         if guards:
             guards.identity(source, value)
@@ -84,7 +86,30 @@ def wrap_value(tx, value, source):
     return _wrap_callable_or_object(tx, value, source)
 
 
+_LIST_ITERATOR = type(iter([]))
+
+
+def _wrap_list_iterator(tx, value, source):
+    """A list iterator not yet advanced (a resume function's ``for`` loop iterator, made by
+    the break code as ``iter([...])``): an iterator over the list's items, each guarded."""
+    reduced = value.__reduce__()
+    if len(reduced) != 3 or reduced[2] != 0:
+        unsupported("a list iterator that was already advanced")
+    if source is None:
+        unsupported("a list iterator that is not reachable from the inputs")
+    tx.guards.add(source, "{v}.__reduce__()[2:] == (0,)", f"{source.name()} is a list iterator at its start")
+    items = wrap_value(tx, reduced[1][0], AttrSource(source, "__reduce__()[1][0]"))
+    return IteratorVariable(items.items)
+
+
 def _wrap_callable_or_object(tx, value, source):
+    if isinstance(value, (torch.autograd.grad_mode.no_grad, torch.autograd.grad_mode.enable_grad)):
+        # Checked first: these objects are callable (they decorate functions too).
+        from .contexts import GradModeContextVariable
+
+        if source is not None:
+            tx.guards.type_is(source, type(value))
+        return GradModeContextVariable(isinstance(value, torch.autograd.grad_mode.enable_grad))
     if _has_rule(value):
         return BuiltinVariable(value, source)
     original = getattr(value, "_surge_original", None)
@@ -108,11 +133,9 @@ def _wrap_callable_or_object(tx, value, source):
         if _is_torch_op_builtin(value):
             return TorchFunctionVariable(value, source)
         return BuiltinVariable(value, source)
-    if isinstance(value, (torch.autograd.grad_mode.no_grad, torch.autograd.grad_mode.enable_grad)):
-        from .contexts import GradModeContextVariable
-
-        return GradModeContextVariable(isinstance(value, torch.autograd.grad_mode.enable_grad))
     if source is None:
+        if callable(value):
+            return OpaqueCallableVariable(value)
         unsupported(f"a {type(value).__qualname__} object in compiled code")
     tx.guards.type_is(source, type(value))
     if isinstance(value, weakref.ReferenceType):

@@ -47,13 +47,13 @@ class GradModeContextVariable(Variable):
 
     def getattr(self, tx, name):
         if name == "__enter__":
-            return _BoundContextMethod(self, "enter")
+            return BoundContextMethod(self, "enter")
         if name == "__exit__":
-            return _BoundContextMethod(self, "exit")
+            return BoundContextMethod(self, "exit")
         unsupported(f"attribute {name!r} of a grad-mode context")
 
 
-class _BoundContextMethod(Variable):
+class BoundContextMethod(Variable):
     def __init__(self, ctx, which):
         self.ctx = ctx
         self.which = which

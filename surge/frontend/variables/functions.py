@@ -34,6 +34,10 @@ class CellVariable(Variable):
             unsupported("reading a closure variable before it is assigned")
         return self._value
 
+    def contents(self) -> Variable | None:
+        """The value the trace assigned to this cell, if any (a graph break passes it on)."""
+        return self._value
+
     def store(self, tx, value: Variable) -> None:
         if self._lazy is not None and self.source is None:
             unsupported("assigning a closure variable of a function that is not reachable from the inputs")
@@ -286,6 +290,44 @@ class TensorMethodVariable(Variable):
         from .tensor import call_tensor_method
 
         return call_tensor_method(tx, self.tensor, self.name, list(args), dict(kwargs))
+
+
+class OpaqueCallableVariable(Variable):
+    """A callable of a trusted library that surge does not model (a numpy ufunc, a C
+    function): it may be loaded and passed around, and calling it is a graph break."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def python_type(self):
+        return type(self.fn)
+
+    def truthy(self, tx):
+        return True
+
+    def call(self, tx, args, kwargs):
+        name = getattr(self.fn, "__qualname__", None) or getattr(self.fn, "__name__", type(self.fn).__qualname__)
+        unsupported(f"call of {name} ({type(self.fn).__qualname__}), which surge does not model")
+
+
+class OpaqueMethodVariable(Variable):
+    """A C method of an object surge does not model (``array.sum``), bound to ``self_var``:
+    calling it is a graph break, and the break code loads it again from the object."""
+
+    def __init__(self, self_var, name: str, descriptor):
+        self.self_var = self_var
+        self.name = name
+        self.descriptor = descriptor
+
+    def python_type(self):
+        return types.BuiltinMethodType
+
+    def truthy(self, tx):
+        return True
+
+    def call(self, tx, args, kwargs):
+        unsupported(f"call of {self.descriptor.__qualname__} ({type(self.descriptor).__qualname__}), "
+                    "which surge does not model")
 
 
 class BoundConstantMethod(Variable):

@@ -52,6 +52,11 @@ def bind_class_attribute(tx, self_var: Variable, cls: type, name: str, value):
         if isinstance(self_var, NewObjectVariable):
             self_var.attrs[name] = result
         return result
+    if isinstance(value, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+        # A C method (ndarray.sum, ...): loading it is fine, calling it is a graph break.
+        from .functions import OpaqueMethodVariable
+
+        return OpaqueMethodVariable(self_var, name, value)
     if hasattr(type(value), "__get__") and not isinstance(value, type):
         unsupported(f"descriptor {type(value).__name__} for attribute {name!r} of {cls.__qualname__}")
     return tx.wrap(value, None)

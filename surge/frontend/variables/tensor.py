@@ -37,8 +37,8 @@ class TensorVariable(Variable):
         rule = TENSOR_ATTRIBUTES.get(name)
         if rule is not None:
             return rule(tx, self)
-        if name in DATA_DEPENDENT_METHODS:
-            unsupported(f"Tensor.{name}() reads tensor data into Python")
+        # Methods that read data fail when called (``call_tensor_method``), not when
+        # loaded: a graph break then hands the whole call to CPython.
         if not hasattr(torch.Tensor, name):
             raise AttributeMissing(name)
         from .functions import TensorMethodVariable

@@ -8,8 +8,10 @@ fallbacks happened. Only surge's public API is used here.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
+import io
 import math
 import os
 from typing import Any, Callable
@@ -277,3 +279,44 @@ def check_gradients_and_step(compiled, module, params, args, rtol, atol) -> None
 
 def randn(*shape, requires_grad: bool = False, dtype=torch.float32) -> torch.Tensor:
     return torch.randn(*shape, dtype=dtype).requires_grad_(requires_grad)
+
+
+def run_printing(thunk):
+    """(result, printed text) of ``thunk()``."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = thunk()
+    return result, out.getvalue()
+
+
+def check_graph_breaks(
+    fn: Callable,
+    make_args: Callable[[int], Any],
+    *,
+    graphs: int,
+    breaks: int,
+    calls: int = 2,
+    rtol=None,
+    atol=None,
+) -> RecordingBackend:
+    """Compile ``fn``, whose frame is split by graph breaks; run it on ``calls`` fresh
+    argument sets next to eager and check results, arguments afterwards, and the
+    printed output (text and order); that exactly ``graphs`` graphs and ``breaks``
+    graph breaks were made in all (counted over every call, resume functions
+    included) and that no frame fell back to eager."""
+    backend = RecordingBackend()
+    compiled = surge.compile(fn, backend=backend)
+    delta = CounterDelta()
+    for i in range(calls):
+        call = as_args(make_args(i))
+        eager_call = fresh_copy(call)
+        expected, eager_printed = run_printing(lambda: fn(*eager_call.args, **eager_call.kwargs))
+        actual, printed = run_printing(lambda: compiled(*call.args, **call.kwargs))
+        assert_same(actual, expected, "result", rtol, atol)
+        assert_same(call.args, eager_call.args, "arguments after the call", rtol, atol)
+        assert printed == eager_printed, f"printed:\n{printed}\neager printed:\n{eager_printed}"
+    assert delta["fallbacks"] == 0, f"unexpected fallback: {delta}"
+    assert len(backend.graphs) == graphs, f"captured {len(backend.graphs)} graphs, expected {graphs}; {delta}"
+    assert delta["graphs"] == graphs, f"counters: {delta}"
+    assert delta["graph_breaks"] == breaks, f"{delta['graph_breaks']} graph breaks, expected {breaks}; {delta}"
+    return backend
