@@ -5,7 +5,9 @@
 grad), runs the pass pipeline, hands each ATen graph to a compiler
 ``(aten_gm, example_inputs) -> callable`` and returns a callable with the
 torch-level graph's calling convention. A later call whose grad-ness differs
-(grad mode, which inputs require grad) compiles that variant once and caches it.
+(grad mode, which inputs require grad) or under another ambient autocast
+compiles that variant once and caches it. Calls where an input updated in place
+shares memory with another input run the torch-level graph eagerly.
 """
 from __future__ import annotations
 
@@ -58,7 +60,7 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs, *, fw_compiler: Compil
 
 
 class AotCompiled:
-    """The callable aot_compile returns; one compiled variant per grad-ness."""
+    """The callable aot_compile returns; one compiled variant per grad-ness and autocast state."""
 
     def __init__(self, gm, fw_compiler: Compiler, bw_compiler: Compiler, options: Options):
         self.gm = gm

@@ -99,3 +99,14 @@ def test_bfloat16_results_round_to_nearest_even():
     x = (randn(256) * 4).to(torch.bfloat16)
     compiled = compile_fn(relu_plus_one, x)
     assert_matches_eager(relu_plus_one, compiled, x, rtol=0, atol=0)
+
+
+def test_integer_fmod_takes_the_sign_of_the_dividend():
+    def int_fmod(a, b):
+        return torch.fmod(a, b), torch.roll(a, shifts=1, dims=1)
+
+    a = torch.tensor([[-7, 7, -6, 5], [0, -1, 9, -9]], device=randn(1).device)
+    b = torch.tensor([[3, -3, 4, -2], [5, 2, -4, 4]], device=a.device)
+    compiled = compile_fn(int_fmod, a, b)
+    assert isinstance(compiled, CompiledGraph)
+    assert_matches_eager(int_fmod, compiled, a, b)

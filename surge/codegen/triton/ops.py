@@ -134,15 +134,16 @@ def _copysign(a, b, dtype):
     return f"libdevice.copysign({a}, {b})"
 
 
+# Integer // and % round differently in compiled Triton (toward zero) and in the
+# interpreter (toward -inf); these forms give the same result under both.
 @rule("fmod")
 def _fmod(a, b, dtype):
     if dtype.is_floating_point:
         return f"libdevice.fmod({a}, {b})"
-    raise NotImplementedError("integer fmod")
+    r = f"({a} - ({a} // {b}) * {b})"   # C's fmod: the sign of the dividend
+    return f"tl.where(({r} != 0) & (({r} < 0) != ({a} < 0)), {r} - {b}, {r})"
 
 
-# Integer // and % round differently in compiled Triton (toward zero) and in the
-# interpreter (toward -inf); these forms give Python's (floor) result under both.
 @rule("remainder")
 def _remainder(a, b, dtype):
     r = f"({a} - ({a} // {b}) * {b})"
