@@ -78,6 +78,10 @@ def test_loss_module(loss, make_args):
     assert len(backend.graphs) == 1 and surge.counters["fallbacks"] == 0
 
 
+@pytest.mark.xfail(
+    tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 13), strict=False,
+    reason="before torch 2.13, eval + no_grad takes the fused torch._transformer_encoder_layer_fwd "
+           "fast path, which has no meta kernel: surge breaks the graph around it (results stay right)")
 def test_transformer_encoder_stack_in_eval_under_no_grad():
     layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, batch_first=True)
     encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).eval()
