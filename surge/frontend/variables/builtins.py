@@ -12,7 +12,9 @@ import operator
 
 import torch
 
-from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
+from .base import (
+    AttributeMissing, KnownCallableVariable, Variable, raise_in_user_code, rule_registrar, unsupported,
+)
 from .constant import NONE, ConstantVariable
 from .containers import (
     DictVariable, IteratorVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, _key_of,
@@ -22,30 +24,10 @@ from .tensor import TensorVariable, record_op
 BUILTIN_RULES: dict = {}
 
 
-def builtin(*fns):
-    def register(rule):
-        for fn in fns:
-            BUILTIN_RULES[fn] = rule
-        return rule
-    return register
+builtin = rule_registrar(BUILTIN_RULES)
 
 
-class BuiltinVariable(Variable):
-    def __init__(self, fn, source=None):
-        self.fn = fn
-        self.source = source
-
-    def python_type(self):
-        return type(self.fn)
-
-    def truthy(self, tx):
-        return True
-
-    def identity_key(self):
-        from .containers import IdentityKey
-
-        return IdentityKey(self, self.fn)
-
+class BuiltinVariable(KnownCallableVariable):
     def call(self, tx, args, kwargs):
         rule = BUILTIN_RULES.get(self.fn)
         if rule is None:

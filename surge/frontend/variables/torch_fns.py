@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Variable, unsupported
+from .base import KnownCallableVariable, rule_registrar, unsupported
 from .constant import ConstantVariable, is_constant_value
 from .tensor import TensorVariable, record_op
 
@@ -28,30 +28,10 @@ UNSUPPORTED_TORCH_FUNCTIONS = {
 }
 
 
-def torch_rule(*fns):
-    def register(rule):
-        for fn in fns:
-            TORCH_FUNCTION_RULES[fn] = rule
-        return rule
-    return register
+torch_rule = rule_registrar(TORCH_FUNCTION_RULES)
 
 
-class TorchFunctionVariable(Variable):
-    def __init__(self, fn, source=None):
-        self.fn = fn
-        self.source = source
-
-    def python_type(self):
-        return type(self.fn)
-
-    def truthy(self, tx):
-        return True
-
-    def identity_key(self):
-        from .containers import IdentityKey
-
-        return IdentityKey(self, self.fn)
-
+class TorchFunctionVariable(KnownCallableVariable):
     def getattr(self, tx, name):
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantVariable(getattr(self.fn, name))
