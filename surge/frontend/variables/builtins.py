@@ -13,7 +13,7 @@ import operator
 import torch
 
 from .base import (
-    AttributeMissing, KnownCallableVariable, Variable, raise_in_user_code, rule_registrar, unsupported,
+    AttributeMissing, KnownCallableVariable, raise_in_user_code, rule_registrar, unsupported,
 )
 from .constant import NONE, ConstantVariable
 from .containers import (
