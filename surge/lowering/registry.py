@@ -12,6 +12,8 @@ from typing import Callable
 
 import torch
 
+from ..registry import rule_registrar
+
 LOWERINGS: dict = {}
 
 
@@ -19,12 +21,7 @@ class NotLowered(Exception):
     """This call of the op is not lowered; call ATen for it instead."""
 
 
-def register_lowering(*targets):
-    def wrap(fn: Callable) -> Callable:
-        for target in targets:
-            LOWERINGS[target] = fn
-        return fn
-    return wrap
+register_lowering = rule_registrar(LOWERINGS)
 
 
 def lowering_for(target) -> Callable | None:

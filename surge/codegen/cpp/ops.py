@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from ...registry import rule_registrar
+
 # storage types of buffers; bools are stored as bytes: GCC does not vectorize loops that
 # load C++ ``bool`` next to floats, and torch's bools are bytes holding 0 or 1
 STORAGE_TYPES = {
@@ -92,12 +94,7 @@ def literal(value, dtype: torch.dtype) -> str:
 OP_RULES: dict = {}
 
 
-def rule(*names):
-    def wrap(fn):
-        for n in names:
-            OP_RULES[n] = fn
-        return fn
-    return wrap
+rule = rule_registrar(OP_RULES)
 
 
 def _infix(symbol):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from ...registry import rule_registrar
+
 TRITON_DTYPES = {
     torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
     torch.float64: "tl.float64", torch.int64: "tl.int64", torch.int32: "tl.int32",
@@ -36,12 +38,7 @@ def triton_dtype(dtype: torch.dtype) -> str:
 OP_RULES: dict = {}
 
 
-def rule(*names):
-    def wrap(fn):
-        for n in names:
-            OP_RULES[n] = fn
-        return fn
-    return wrap
+rule = rule_registrar(OP_RULES)
 
 
 def _infix(symbol):

@@ -83,18 +83,6 @@ class NullVariable(Variable):
 NULL = NullVariable()
 
 
-def rule_registrar(table: dict):
-    """A decorator factory filling ``table`` with one rule per callable:
-    ``@register(fn_a, fn_b)`` on a rule makes it the rule of both."""
-    def register(*fns):
-        def add(rule):
-            for fn in fns:
-                table[fn] = rule
-            return rule
-        return add
-    return register
-
-
 class KnownCallableVariable(Variable):
     """A callable that capture knows by identity (a builtin, a torch function):
     calls go through a per-callable rule table of the subclass."""

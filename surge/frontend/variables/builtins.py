@@ -12,8 +12,9 @@ import operator
 
 import torch
 
+from ...registry import rule_registrar
 from .base import (
-    AttributeMissing, KnownCallableVariable, raise_in_user_code, rule_registrar, unsupported,
+    AttributeMissing, KnownCallableVariable, raise_in_user_code, unsupported,
 )
 from .constant import NONE, ConstantVariable
 from .containers import (

@@ -12,6 +12,7 @@ import operator
 
 import torch
 
+from ...registry import rule_registrar
 from .. import meta as meta_utils
 from ..graph_builder import run_on_meta
 from .base import AttributeMissing, Variable, unsupported
@@ -173,20 +174,8 @@ DATA_DEPENDENT_METHODS = {
 }
 
 
-def tensor_attribute(*names):
-    def register(fn):
-        for n in names:
-            TENSOR_ATTRIBUTES[n] = fn
-        return fn
-    return register
-
-
-def tensor_method(*names):
-    def register(fn):
-        for n in names:
-            TENSOR_METHODS[n] = fn
-        return fn
-    return register
+tensor_attribute = rule_registrar(TENSOR_ATTRIBUTES)
+tensor_method = rule_registrar(TENSOR_METHODS)
 
 
 def _const(value):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from .base import KnownCallableVariable, rule_registrar, unsupported
+from ...registry import rule_registrar
+from .base import KnownCallableVariable, unsupported
 from .constant import ConstantVariable, is_constant_value
 from .tensor import TensorVariable, record_op
 
