@@ -5,12 +5,12 @@ wrapper (in the interpreter without a GPU) and must equal eager on fresh
 random inputs; every generated kernel is also compiled for sm_90.
 """
 import torch
-import torch.nn.functional as F
 
 from surge.runtime.target_compile import compile_in_subprocess
 from surge.runtime.triton_mode import interpreting
 
 from .helpers import assert_matches_eager, compile_fn, randn
+from .structure_programs import gelu_linear, layer_norm_gelu, pointwise_chain, rms_norm, softmax
 
 aten = torch.ops.aten
 
@@ -19,30 +19,6 @@ def _externs(compiled):
     return [s.buffer.op for s in compiled.schedule.externs]
 
 
-def gelu_linear(x, w, b, r):
-    return F.gelu(x @ w + b) + r
-
-
-def layer_norm_gelu(x, w, b):
-    return F.gelu(F.layer_norm(x, (x.shape[-1],), w, b))
-
-
-def rms_norm(x, w):
-    xf = x.float()
-    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
-    return y.to(x.dtype) * w
-
-
-def softmax(x):
-    return torch.softmax(x, dim=-1)
-
-
-def pointwise_chain(x, y):
-    ops = [torch.sin, torch.cos, torch.tanh, torch.sigmoid, lambda v: v * 1.5, lambda v: v + y,
-           torch.abs, lambda v: v - 0.25, torch.exp, lambda v: torch.clamp(v, -2, 2)]
-    for k in range(60):
-        x = ops[k % len(ops)](x)
-    return x
 
 
 COMPILED_PATHS = []
