@@ -25,17 +25,7 @@ import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import surge  # noqa: E402
-
-
-def pointwise_chain_60(x):
-    for i in range(10):
-        x = x * 0.9 + 0.1
-        x = torch.sin(x)
-        x = x - 0.05 * i
-        x = torch.tanh(x)
-        x = torch.abs(x) + 0.5
-        x = torch.sqrt(x)
-    return x
+from surge.tools.workloads import pointwise_chain_60  # noqa: E402
 
 
 def layernorm_gelu(x, w, b):

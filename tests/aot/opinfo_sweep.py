@@ -20,8 +20,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import sys
-import types
-import unittest
 import warnings
 
 import torch
@@ -55,14 +53,6 @@ class Outcome:
 
 
 def all_ops():
-    try:
-        import expecttest  # noqa: F401
-    except ImportError:
-        # torch.testing._internal imports expecttest only for the TestCase base
-        # class of torch's own test suite, which the sweep does not use.
-        shim = types.ModuleType("expecttest")
-        shim.TestCase = unittest.TestCase
-        sys.modules["expecttest"] = shim
     from torch.testing._internal.common_methods_invocations import op_db
 
     return [op for op in op_db if torch.float32 in op.supported_dtypes("cpu")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 import torch._decomp
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils import _pytree as pytree
 
 from surge.backends.triton import compile_aten_graph
 from surge.lowering.lower import lower_graph
@@ -41,3 +42,15 @@ def assert_matches_eager(fn, compiled, *inputs, **tol):
 
 def randn(*shape, dtype=torch.float32):
     return torch.randn(*shape, device=DEVICE).to(dtype)
+
+
+def assert_outputs_match(actual, expected):
+    """Every leaf of a compiled graph's outputs equals eager's (dtype, shape, values, NaN where NaN)."""
+    a_flat, e_flat = pytree.tree_leaves(actual), pytree.tree_leaves(expected)
+    assert len(a_flat) == len(e_flat)
+    for a, e in zip(a_flat, e_flat):
+        if isinstance(e, torch.Tensor):
+            assert a.dtype == e.dtype and a.shape == e.shape, (a.dtype, e.dtype, a.shape, e.shape)
+            torch.testing.assert_close(a, e, atol=2e-5, rtol=2e-5, equal_nan=True)
+        else:
+            assert a == e

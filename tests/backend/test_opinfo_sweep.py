@@ -7,25 +7,17 @@ graph surge could not trace is skipped with the aot layer's reason; a wrong
 result or a backend error fails.
 """
 import os
-import sys
-import types
-import unittest
 
 import pytest
 import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from torch.testing._internal.common_methods_invocations import op_db
+
 from surge.backends.triton import compile_aten_graph
 
-try:
-    import expecttest  # noqa: F401
-except ImportError:  # torch's test utilities import it for one base class only
-    _shim = types.ModuleType("expecttest")
-    _shim.TestCase = unittest.TestCase
-    sys.modules["expecttest"] = _shim
-
-from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
+from .helpers import assert_outputs_match
 
 SWEPT = """
 abs acos acosh add addcdiv addcmul amax amin any all argmax argmin asin asinh atan atan2 atanh
@@ -112,13 +104,6 @@ def test_op_matches_eager(name):
                 raise backend_errors[0]
             pytest.skip(f"aot layer: {type(error).__name__}: {error}"[:200])
         actual = compiled(*inputs)
-        a_flat, e_flat = pytree.tree_leaves(actual), pytree.tree_leaves(expected)
-        assert len(a_flat) == len(e_flat)
-        for a, e in zip(a_flat, e_flat):
-            if isinstance(e, torch.Tensor):
-                assert a.dtype == e.dtype and a.shape == e.shape, (a.dtype, e.dtype, a.shape, e.shape)
-                torch.testing.assert_close(a, e, atol=2e-5, rtol=2e-5, equal_nan=True)
-            else:
-                assert a == e
+        assert_outputs_match(actual, expected)
     if name not in VIEW_OPS:
         assert sum(len(c.kernel_names) for c in made) >= 1, "the op was not lowered to a kernel"

@@ -5,14 +5,13 @@ All samples build into one library (one compiler run). An op whose ATen graph th
 layer cannot trace is skipped with its reason; a wrong result or a backend error fails.
 """
 import pytest
-import torch
-from torch.utils import _pytree as pytree
 
 from surge.backends.cpp import compile_aten_graphs_cpp
 from surge.codegen.cpp.host import generate_host_module
 from surge.codegen.cpp.module import generate_cpp_module
 from surge.lowering.lower import lower_graph
 from surge.schedule import schedule_graph
+from tests.backend.helpers import assert_outputs_match
 from tests.backend.test_opinfo_sweep import OPS, VIEW_OPS, _graph_of, _small_samples
 
 
@@ -85,13 +84,6 @@ def test_op_matches_eager(sweep, name):
     for gm, inputs, compiled in runs:
         expected = gm(*inputs)
         actual = compiled(*inputs)
-        a_flat, e_flat = pytree.tree_leaves(actual), pytree.tree_leaves(expected)
-        assert len(a_flat) == len(e_flat)
-        for a, e in zip(a_flat, e_flat):
-            if isinstance(e, torch.Tensor):
-                assert a.dtype == e.dtype and a.shape == e.shape, (a.dtype, e.dtype, a.shape, e.shape)
-                torch.testing.assert_close(a, e, atol=2e-5, rtol=2e-5, equal_nan=True)
-            else:
-                assert a == e
+        assert_outputs_match(actual, expected)
     if name not in VIEW_OPS:
         assert sum(len(d.compiled.kernel_names) for d in made) >= 1, "the op was not lowered to a kernel"

@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from backend.structure_programs import gelu_linear, layer_norm_gelu, pointwise_chain, rms_norm, softmax
+from tests.backend.structure_programs import gelu_linear, layer_norm_gelu, pointwise_chain, rms_norm, softmax
 
 from .helpers import assert_matches_eager, compile_cases, randn
 
