@@ -63,7 +63,7 @@ def lookup_backend(backend, options=None) -> Backend:
         module_name, attr = _LAZY_BACKENDS[backend].split(":")
         _LOADED[backend] = getattr(importlib.import_module(module_name), attr)
     loaded = _LOADED[backend]
-    if options is None or backend == "eager":
+    if options is None:
         return loaded
     # One bound backend per (name, options): the frontend keys its caches by
     # backend identity, so two compiles with the same options share entries.
