@@ -20,9 +20,9 @@ import dataclasses
 import sympy
 
 from ..lowering.ir import ComputedBuffer
-from ..lowering.sizes import FloorDiv, Mod, index_symbol, linear_coefficient, product
+from ..lowering.sizes import FloorDiv, Mod, index_symbol, linear_coefficient, product, simplify_with_ranges
 from ..lowering.values import IndexValue, Load, substitute_index, walk
-from ..schedule.groups import KernelGroup, var_mapping
+from ..schedule.groups import KernelGroup, kernel_bounds, var_mapping
 
 
 @dataclasses.dataclass(eq=False)
@@ -93,12 +93,17 @@ def _contiguous_pair(expr, outer, inner, inner_size) -> bool:
 
 
 def prepare_kernel(group: KernelGroup) -> KernelPlan:
-    n_x = len(group.x_ranges)
     raw = []
+    bounds = kernel_bounds(group.x_ranges, group.r_ranges)
+
+    def rewrite(expr):
+        return simplify_with_ranges(expr, bounds)
+
     for node in group.nodes:
         role = group.role(node)
-        mapping = var_mapping(node, role, n_x)
-        raw.append((node, role, substitute_index(node.value, mapping), node.store_index().xreplace(mapping)))
+        mapping = var_mapping(node, group.x_ranges, group.r_ranges)
+        raw.append((node, role, substitute_index(node.value, mapping, rewrite),
+                    rewrite(node.store_index().xreplace(mapping))))
     in_group = {n.name for n in group.nodes}
     exprs = []
     for node, role, value, store in raw:

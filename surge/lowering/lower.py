@@ -23,7 +23,10 @@ from .ir import (
 )
 from .registry import NotLowered, lowering_for
 from .sizes import index_symbol, sym
+from .split_reduction import SPLIT_REDUCTION_MIN_ELEMENTS, split_reduction
 from .tensor import LazyTensor, sym_shape
+from .extern_meta import extern_result_meta
+from .matmul_operands import matmul_operand_view
 from .values import cast, op_count
 
 # A lazy value read by several consumers is inlined into each (recomputed)
@@ -54,8 +57,10 @@ def meta_value(node):
 class Lowering:
     """The state of lowering one graph; lowering rules receive it as ``ctx``."""
 
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs, device: torch.device):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, device: torch.device,
+                 split_threshold: int = SPLIT_REDUCTION_MIN_ELEMENTS):
         self.gm = gm
+        self.split_threshold = split_threshold
         self.example_inputs = list(example_inputs)
         self.device = device
         self.inputs: list[InputBuffer] = []
@@ -117,9 +122,14 @@ class Lowering:
 
     def reduction(self, t: LazyTensor, dims, keepdim: bool, reduction_type: str,
                   dtype: torch.dtype, acc_dtype: torch.dtype | None = None,
-                  correction: float = 0.0) -> LazyTensor:
-        """Reduce ``t`` over ``dims`` into a new buffer."""
+                  correction: float = 0.0, split: bool = True) -> LazyTensor:
+        """Reduce ``t`` over ``dims`` into a new buffer (two, when ``split_reduction`` splits it)."""
         dims = sorted({d % max(t.ndim, 1) for d in dims}) if t.ndim else []
+        if split:
+            out = split_reduction(self, t, dims, keepdim, reduction_type, dtype, acc_dtype or dtype,
+                                  correction, self.split_threshold)
+            if out is not None:
+                return out
         out_shape = [sympy.Integer(1) if d in dims else s for d, s in enumerate(t.shape)]
         if not keepdim:
             out_shape = [s for d, s in enumerate(t.shape) if d not in dims]
@@ -148,11 +158,18 @@ class Lowering:
         return LazyTensor.of_buffer(buf.name, layout, dtype, t.device)
 
     def extern(self, target, args, kwargs) -> object:
-        """Call ATen ``target`` on realized arguments; the result per ``node.meta['val']``."""
+        """Call ATen ``target`` on realized arguments.
+
+        The result's layouts are what the op makes of the arguments as realized
+        (``extern_result_meta``), not what tracing saw: a realized argument may be
+        laid out otherwise than the traced one, and kernels index the result by its
+        layout. An op returning several values gets one buffer per tensor element
+        that the graph reads; its Python scalars (sizes, which a meta run can only
+        derive from shapes) become constants.
+        """
         def to_arg(a):
             if isinstance(a, LazyTensor):
-                r = self.realize(a)
-                name, layout = r.view
+                name, layout = matmul_operand_view(target, a) or self.realize(a).view
                 own = self.by_name[name].layout
                 same = layout.stride == own.stride and layout.shape == own.shape and layout.offset == own.offset
                 return TensorArg(name, None if same else layout)
@@ -161,26 +178,33 @@ class Lowering:
             return a
         args = tuple(to_arg(a) for a in args)
         kwargs = {k: to_arg(v) for k, v in kwargs.items()}
-        val = self.out_meta
         loc = self.location()
+        val = extern_result_meta(target, args, kwargs, self.by_name, self.node, self.out_meta)
         if isinstance(val, torch.Tensor):
             buf = ExternBuffer(self.new_name(), _layout_of(val), val.dtype, self.device,
                                op=target, args=args, kwargs=kwargs, location=loc)
             self.buffers.append(buf)
             return LazyTensor.of_buffer(buf.name, buf.layout, val.dtype, self.device)
-        if isinstance(val, (list, tuple)) and all(isinstance(v, torch.Tensor) or v is None for v in val):
+        if isinstance(val, (list, tuple)):
             parent = ExternBuffer(self.new_name(), Layout((), ()), torch.float32, self.device,
                                   op=target, args=args, kwargs=kwargs, location=loc)
             self.buffers.append(parent)
+            used = _used_elements(self.node)
             outs = []
             for k, v in enumerate(val):
-                if v is None:
-                    outs.append(None)
-                    continue
-                child = ExternBuffer(self.new_name(), _layout_of(v), v.dtype, self.device,
-                                     parent=parent.name, output_index=k, location=loc)
-                self.buffers.append(child)
-                outs.append(LazyTensor.of_buffer(child.name, child.layout, v.dtype, self.device))
+                if isinstance(v, torch.Tensor):
+                    if used is not None and k not in used:
+                        outs.append(None)   # never read: no buffer (it may even be undefined at run time)
+                        continue
+                    child = ExternBuffer(self.new_name(), _layout_of(v), v.dtype, self.device,
+                                         parent=parent.name, output_index=k, location=loc)
+                    self.buffers.append(child)
+                    outs.append(LazyTensor.of_buffer(child.name, child.layout, v.dtype, self.device))
+                elif v is None or type(v) in (int, float, bool):
+                    outs.append(v)
+                else:
+                    raise LoweringError(f"cannot call {target} as an extern op: element {k} of its "
+                                        f"result is a {type(v).__name__}" + (f"\n  at {loc}" if loc else ""))
             return tuple(outs)
         raise LoweringError(f"cannot call {target} as an extern op: it returns {type(val).__name__}"
                             + (f"\n  at {loc}" if loc else ""))
@@ -311,6 +335,17 @@ def _is_copy_back(node) -> bool:
             and node.args[0].op in ("placeholder", "get_attr") and not node.users)
 
 
+def _used_elements(node) -> set | None:
+    """Indices of a multi-output node's result that the graph reads (None: all of it)."""
+    used = set()
+    for user in node.users:
+        if user.op != "call_function" or user.target is not operator.getitem:
+            return None
+        if user.users:   # tracing keeps a getitem of every element, read or not
+            used.add(user.args[1])
+    return used
+
+
 def _merge_origins(*groups) -> tuple:
     out = []
     for group in groups:
@@ -369,10 +404,16 @@ def _all_tensors_on(device, args, kwargs) -> bool:
 
 
 @phase_timer.phase("lowering")
-def lower_graph(gm: torch.fx.GraphModule, example_inputs, device: torch.device | None = None):
-    """The ``LoopGraph`` of ``gm``, plus the constant tensors it reads as extra inputs."""
+def lower_graph(gm: torch.fx.GraphModule, example_inputs, device: torch.device | None = None, *,
+                split_threshold: int | None = None):
+    """The ``LoopGraph`` of ``gm``, plus the constant tensors it reads as extra inputs.
+
+    ``split_threshold``: reductions of at least this many elements per row over few
+    rows are split in two (default ``SPLIT_REDUCTION_MIN_ELEMENTS``)."""
     if device is None:
         device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
-    lowering = Lowering(gm, example_inputs, device)
+    if split_threshold is None:
+        split_threshold = SPLIT_REDUCTION_MIN_ELEMENTS
+    lowering = Lowering(gm, example_inputs, device, split_threshold)
     graph = lowering.run()
     return graph, lowering.constants

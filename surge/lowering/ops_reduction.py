@@ -69,7 +69,10 @@ def prod(ctx, x, dim=None, keepdim=False, *, dtype=None):
 @register_lowering(aten.mean.dim, aten.mean.default)
 def mean(ctx, x, dim=None, keepdim=False, *, dtype=None):
     _check(x)
-    out = ctx.out_dtype()
+    return _mean(ctx, x, dim, keepdim, ctx.out_dtype())
+
+
+def _mean(ctx, x, dim, keepdim, out):
     dims = _dims(x, dim)
     acc = accumulate_dtype(out)
     total = ctx.reduction(x, dims, keepdim, "sum", acc, acc)
@@ -144,7 +147,7 @@ def var_mean(ctx, x, dim=None, unbiased=None, keepdim=False, *, correction=None)
         correction = 1 if unbiased in (None, True) else 0
     out = ctx.out_dtype(0)
     variance = _variance(ctx, x, dim, correction, keepdim, out)
-    return variance, mean(ctx, x, dim, keepdim)
+    return variance, _mean(ctx, x, dim, keepdim, ctx.out_dtype(1))
 
 
 def _row_max(ctx, x, dim, acc):

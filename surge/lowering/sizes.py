@@ -9,6 +9,7 @@ which simplify slowly and print badly.
 from __future__ import annotations
 
 import functools
+import math
 
 import sympy
 
@@ -96,3 +97,127 @@ def linear_coefficient(expr: sympy.Expr, var: sympy.Symbol):
         return None
     return coeff
 
+
+
+def _upper_bound(expr: sympy.Expr, bounds: dict):
+    """The largest value of a non-negative index ``expr`` with symbols below ``bounds``, or None."""
+    total = 0
+    for term in sympy.Add.make_args(expr):
+        coeff, rest = term.as_coeff_Mul()
+        if rest == 1:
+            if coeff < 0:   # the bound is for non-negative sums only
+                return None
+            total += int(coeff)
+            continue
+        if coeff < 0 or not coeff.is_Integer:
+            return None
+        if rest in bounds:
+            top = bounds[rest] - 1
+        elif isinstance(rest, Mod) and rest.args[1].is_Integer:
+            top = int(rest.args[1]) - 1
+        elif isinstance(rest, FloorDiv) and rest.args[1].is_Integer:
+            inner = _upper_bound(rest.args[0], bounds)
+            if inner is None:
+                return None
+            top = inner // int(rest.args[1])
+        else:
+            return None
+        total += int(coeff) * top
+    return total
+
+
+def _split_by_divisor(expr: sympy.Expr, d: int):
+    """``expr`` as (terms divisible by ``d``, the rest)."""
+    whole, rest = sympy.Integer(0), sympy.Integer(0)
+    for term in sympy.Add.make_args(expr):
+        coeff, _ = term.as_coeff_Mul()
+        if coeff.is_Integer and int(coeff) % d == 0:
+            whole += term
+        else:
+            rest += term
+    return whole, rest
+
+
+def _divide_out(a: sympy.Expr, d: int, bounds: dict):
+    """(g, whole, rest) with ``a == g*whole + rest``, ``0 <= rest < g`` and ``g`` dividing ``d``
+    (the largest such g among the terms' common factors with ``d``), or None."""
+    candidates = set()
+    for term in sympy.Add.make_args(a):
+        coeff, _ = term.as_coeff_Mul()
+        if coeff.is_Integer and int(coeff) > 0:
+            candidates.add(math.gcd(int(coeff), d))
+    for g in sorted(candidates, reverse=True):
+        if g == 1:
+            break
+        whole, rest = _split_by_divisor(a, g)
+        top = _upper_bound(rest, bounds)
+        if top is not None and top < g:
+            return g, sympy.expand(whole / g), rest
+    return None
+
+
+def _simplify_floordiv_mod(expr, a: sympy.Expr, d: int, bounds: dict) -> sympy.Expr:
+    a = sympy.expand(a)
+    top = _upper_bound(a, bounds)
+    if top is not None and top < d:                    # x // d == 0, x % d == x
+        return sympy.Integer(0) if isinstance(expr, FloorDiv) else a
+    whole, rest = _split_by_divisor(a, d)
+    top = _upper_bound(rest, bounds)
+    if top is not None and top < d:
+        return sympy.expand(whole / d) if isinstance(expr, FloorDiv) else rest
+    if isinstance(expr, Mod) and whole != 0:           # (d*k + x) % d == x % d
+        return _simplify_floordiv_mod(expr, rest, d, bounds)
+    found = _divide_out(a, d, bounds)
+    if found is not None:                              # (g*w + r) with r < g, g | d
+        g, w, r = found
+        if isinstance(expr, FloorDiv):
+            return FloorDiv(w, sympy.Integer(d // g))
+        return g * Mod(w, sympy.Integer(d // g)) + r
+    return type(expr)(a, sympy.Integer(d))
+
+
+def _recombine(expr: sympy.Expr) -> sympy.Expr:
+    """``c*n*(x // n) + c*(x % n)`` is ``c*x``."""
+    terms = list(sympy.Add.make_args(sympy.expand(expr)))
+    changed = True
+    while changed:
+        changed = False
+        for k, term in enumerate(terms):
+            c1, f = term.as_coeff_Mul()
+            if not isinstance(f, FloorDiv):
+                continue
+            x, n = f.args
+            for j, other in enumerate(terms):
+                c2, m = other.as_coeff_Mul()
+                if isinstance(m, Mod) and m.args == (x, n) and c1 == c2 * n:
+                    terms = [t for i, t in enumerate(terms) if i not in (k, j)] + [sympy.expand(c2 * x)]
+                    changed = True
+                    break
+            if changed:
+                break
+    return sympy.Add(*terms)
+
+
+def _simplify(expr: sympy.Expr, bounds: dict) -> sympy.Expr:
+    if expr.is_Atom:
+        return expr
+    args = [_simplify(a, bounds) for a in expr.args]
+    if isinstance(expr, (FloorDiv, Mod)) and args[1].is_Integer:
+        return _simplify_floordiv_mod(expr, args[0], int(args[1]), bounds)
+    out = expr.func(*args)
+    return _recombine(out) if out.is_Add else out
+
+
+@functools.lru_cache(maxsize=65536)
+def _simplify_cached(expr: sympy.Expr, bounds: tuple) -> sympy.Expr:
+    return sympy.expand(_simplify(sympy.expand(expr), dict(bounds)))
+
+
+def simplify_with_ranges(expr: sympy.Expr, bounds: dict) -> sympy.Expr:
+    """``expr`` with the floor divisions and modulos that ``bounds`` (symbol ->
+    exclusive upper bound) make trivial removed: with ``x1 < 4``,
+    ``(16*x0 + x1) // 16`` is ``x0`` and ``(16*x0 + x1) % 16`` is ``x1``."""
+    if not expr.has(FloorDiv, Mod):
+        return sympy.expand(expr)
+    key = tuple(sorted(((s, int(b)) for s, b in bounds.items() if s in expr.free_symbols), key=lambda p: p[0].name))
+    return _simplify_cached(expr, key)

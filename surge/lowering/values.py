@@ -169,16 +169,21 @@ def op_count(root: Value) -> int:
     return sum(1 for v in walk(root) if isinstance(v, Op))
 
 
-def substitute_index(root: Value, mapping: dict) -> Value:
-    """The same value with ``mapping`` (symbol -> expr) applied to every index."""
+def substitute_index(root: Value, mapping: dict, rewrite=None) -> Value:
+    """The same value with ``mapping`` (symbol -> expr) applied to every index,
+    then ``rewrite`` (expr -> expr) when given."""
+    def apply(expr):
+        out = expr.xreplace(mapping)
+        return rewrite(out) if rewrite is not None else out
+
     memo: dict[int, Value] = {}
     for v in walk(root):
         kids = [memo[id(c)] for c in v.children]
         if isinstance(v, Load):
-            index = v.index.xreplace(mapping)
+            index = apply(v.index)
             memo[id(v)] = Load(v.buffer, index, v.dtype, [(s, k) for (s, _), k in zip(v.indirect, kids)])
         elif isinstance(v, IndexValue):
-            memo[id(v)] = IndexValue(v.expr.xreplace(mapping), v.dtype)
+            memo[id(v)] = IndexValue(apply(v.expr), v.dtype)
         elif isinstance(v, Op):
             memo[id(v)] = Op(v.op, kids, v.dtype)
         elif isinstance(v, Masked):

@@ -19,7 +19,7 @@ import dataclasses
 import sympy
 
 from ..lowering.ir import ComputedBuffer, ExternBuffer
-from ..lowering.sizes import index_symbol
+from ..lowering.sizes import index_symbol, simplify_with_ranges
 
 
 @dataclasses.dataclass(eq=False)
@@ -40,7 +40,8 @@ class KernelGroup:
         return node_role(node, self.x_ranges, self.r_ranges)
 
     def kernel_index(self, node: ComputedBuffer, expr: sympy.Expr) -> sympy.Expr:
-        return expr.xreplace(var_mapping(node, self.role(node), len(self.x_ranges)))
+        return simplify_with_ranges(expr.xreplace(var_mapping(node, self.x_ranges, self.r_ranges)),
+                                    kernel_bounds(self.x_ranges, self.r_ranges))
 
     def member(self, name: str):
         for n in self.nodes:
@@ -78,23 +79,66 @@ class ExternStep:
         return f"extern {self.buffer}"
 
 
-def node_role(node: ComputedBuffer, x_ranges, r_ranges) -> str | None:
-    if node.is_reduction:
-        if tuple(node.ranges) == tuple(x_ranges) and tuple(node.reduction_ranges) == tuple(r_ranges):
-            return "reduction"
+def _runs(node_sizes, dims):
+    """Each of ``node_sizes`` as a run of consecutive ``dims`` with the same product,
+    or None. A member may iterate a coarser view of the group's space (softmax over
+    [B, H, T | T] read back as [B*H, T, T] for a batched matmul)."""
+    if tuple(node_sizes) == tuple(dims):
+        return [(k, k + 1) for k in range(len(dims))]
+    if not all(getattr(s, "is_Integer", False) for s in tuple(node_sizes) + tuple(dims)):
         return None
-    if r_ranges and tuple(node.ranges) == tuple(x_ranges) + tuple(r_ranges):
-        return "xr"
-    if tuple(node.ranges) == tuple(x_ranges):
-        return "x"
-    return None
+    runs, j = [], 0
+    for size in node_sizes:
+        start, prod = j, 1
+        while j < len(dims) and prod < int(size):
+            prod *= int(dims[j])
+            j += 1
+        if prod != int(size) or j == start:
+            return None
+        runs.append((start, j))
+    return runs if j == len(dims) else None
 
 
-def var_mapping(node: ComputedBuffer, role: str, n_x: int) -> dict:
-    """The node's loop symbols (i*, r*) as kernel symbols (x*, r*); ``n_x`` x dims."""
+def _space_runs(node: ComputedBuffer, x_ranges, r_ranges):
+    """(role, runs): ``node``'s loop dims as runs of the group's dims (x then r)."""
+    x, r = tuple(x_ranges), tuple(r_ranges)
+    if node.is_reduction:
+        xr, rr = _runs(node.ranges, x), _runs(node.reduction_ranges, r)
+        if xr is None or rr is None:
+            return None, None
+        return "reduction", xr + [(a + len(x), b + len(x)) for a, b in rr]
+    if r:
+        runs = _runs(node.ranges, x + r)
+        if runs is not None and all(b <= len(x) or a >= len(x) for a, b in runs):
+            return "xr", runs
+    runs = _runs(node.ranges, x)
+    if runs is not None:
+        return "x", runs
+    return None, None
+
+
+def kernel_bounds(x_ranges, r_ranges) -> dict:
+    """Kernel symbol -> its loop's extent."""
+    bounds = {index_symbol("x", k): s for k, s in enumerate(x_ranges)}
+    bounds.update({index_symbol("r", k): s for k, s in enumerate(r_ranges)})
+    return bounds
+
+
+def node_role(node: ComputedBuffer, x_ranges, r_ranges) -> str | None:
+    return _space_runs(node, x_ranges, r_ranges)[0]
+
+
+def var_mapping(node: ComputedBuffer, x_ranges, r_ranges) -> dict:
+    """The node's loop symbols (i*, r*) as expressions of the kernel symbols (x*, r*)."""
+    _, runs = _space_runs(node, x_ranges, r_ranges)
+    dims = tuple(x_ranges) + tuple(r_ranges)
+    n_x = len(x_ranges)
+    kernel_syms = [index_symbol("x", k) for k in range(n_x)] + [index_symbol("r", k) for k in range(len(r_ranges))]
     mapping = {}
-    for k, var in enumerate(node.index_vars):
-        mapping[var] = index_symbol("x", k) if role != "xr" or k < n_x else index_symbol("r", k - n_x)
-    for k, var in enumerate(node.reduction_vars):
-        mapping[var] = index_symbol("r", k)
+    for var, (a, b) in zip(tuple(node.index_vars) + tuple(node.reduction_vars), runs):
+        expr, scale = sympy.Integer(0), sympy.Integer(1)
+        for j in reversed(range(a, b)):
+            expr += kernel_syms[j] * scale
+            scale *= dims[j]
+        mapping[var] = expr
     return mapping

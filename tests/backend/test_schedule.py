@@ -37,7 +37,8 @@ def test_row_reduction_does_not_swallow_a_large_parallel_epilogue():
     # x - x.sum(): one row of 2**17 elements; the epilogue stays a parallel kernel
     fn = lambda x: x - x.sum()  # noqa: E731
     s = schedule_of(fn, torch.empty(2**17, device="meta"))
-    assert len(s.kernels) == 2
+    assert len(s.kernels) == 3   # the sum split in two (partials, total), then the epilogue
+    assert not s.kernels[-1].is_reduction
     small = schedule_of(fn, randn(64))
     assert len(small.kernels) == 1
 

@@ -1,0 +1,117 @@
+"""The layout of an extern call's result, for its arguments as lowering realized them.
+
+Tracing recorded each node's result (``meta["val"]``) for the arguments as eager
+laid them out. Lowering may lay an argument out otherwise: a pointwise value
+that eager kept transposed is realized contiguous, a view becomes a strided
+``TensorArg``. Many ATen ops choose their output strides from their inputs'
+(sort, topk, cumsum, attention kernels that follow the query's layout), so the
+traced strides are only a guess of what the call will return. Kernels read the
+result through its layout, so it must be the real one: the op is run again on
+meta tensors with the realized layouts, and that result is what the loop IR
+records. The host wrapper still checks each result's strides at run time.
+"""
+from __future__ import annotations
+
+import torch
+
+from .ir import TensorArg
+
+
+def _meta_tensor(arg: TensorArg, by_name: dict) -> torch.Tensor:
+    buf = by_name[arg.buffer]
+    layout = arg.layout or buf.layout
+    shape = tuple(int(s) for s in layout.shape)
+    stride = tuple(int(s) for s in layout.stride)
+    offset = int(layout.offset)
+    extent = offset + 1 + sum((sz - 1) * st for sz, st in zip(shape, stride) if sz > 0)
+    if any(sz == 0 for sz in shape):
+        extent = offset
+    base = torch.empty(max(extent, 1), dtype=buf.dtype, device="meta")
+    return base.as_strided(shape, stride, offset)
+
+
+def _to_meta(value, by_name: dict):
+    if isinstance(value, TensorArg):
+        return _meta_tensor(value, by_name)
+    if isinstance(value, torch.device):
+        return torch.device("meta")
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_meta(v, by_name) for v in value)
+    return value
+
+
+def _layout_key(t: torch.Tensor) -> tuple:
+    return tuple(t.shape), tuple(t.stride()), t.storage_offset()
+
+
+def _traced_args(node) -> list:
+    """The traced tensor arguments of ``node``, in the order ``_realized_args`` lists them."""
+    out = []
+
+    def visit(a):
+        if isinstance(a, torch.fx.Node):
+            val = a.meta.get("val", a.meta.get("example_value"))
+            out.append(val if isinstance(val, torch.Tensor) else None)
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                visit(x)
+    visit(list(node.args) + list(node.kwargs.values()))
+    return out
+
+
+def _realized_args(args, kwargs, by_name) -> list:
+    out = []
+
+    def visit(a):
+        if isinstance(a, TensorArg):
+            out.append(_meta_tensor(a, by_name))
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                visit(x)
+    visit(list(args) + list(kwargs.values()))
+    return out
+
+
+def _same_structure(new, traced) -> bool:
+    """Same kinds, shapes and dtypes element by element (only strides may differ)."""
+    if isinstance(traced, torch.Tensor):
+        return (isinstance(new, torch.Tensor) and tuple(new.shape) == tuple(traced.shape)
+                and new.dtype == traced.dtype)
+    if isinstance(traced, (list, tuple)):
+        return (isinstance(new, (list, tuple)) and len(new) == len(traced)
+                and all(_same_structure(n, t) or t is None for n, t in zip(new, traced)))
+    return True
+
+
+def _merge(new, traced):
+    """``new``'s tensors where tracing had tensors; tracing's own scalars and Nones."""
+    if isinstance(traced, (list, tuple)):
+        return type(traced)(_merge(n, t) for n, t in zip(new, traced))
+    return new if isinstance(traced, torch.Tensor) else traced
+
+
+def extern_result_meta(target, args, kwargs, by_name: dict, node, traced):
+    """The result of ``target(*args, **kwargs)`` as meta tensors with its real layouts.
+
+    When every tensor argument is laid out as traced, the traced result is the
+    answer. Otherwise the op runs on meta tensors of the realized layouts; an op
+    that cannot run on meta (or disagrees with tracing on anything but strides)
+    keeps the traced result, which the wrapper's run-time check then guards.
+    """
+    if node is None or traced is None:
+        return traced
+    realized = _realized_args(args, kwargs, by_name)
+    before = _traced_args(node)
+    if len(realized) == len(before) and all(
+            b is not None and _layout_key(r) == _layout_key(b) for r, b in zip(realized, before)):
+        return traced
+    if not isinstance(target, torch._ops.OpOverload):
+        return traced
+    try:
+        with torch.no_grad():
+            new = target(*_to_meta(args, by_name), **_to_meta(kwargs, by_name))
+    except Exception:   # no meta kernel, or one that needs data: the traced layout stands
+        return traced
+    if not _same_structure(new, traced):
+        return traced
+    return _merge(new, traced)

@@ -1,0 +1,68 @@
+"""Matmul operands read in place: a lazy value that only re-indexes one buffer.
+
+The aot layer spells ``q @ k.transpose(-2, -1)`` as ``bmm(view(expand(q)),
+view(clone(expand(permute(k)))))``: the clone asks for a contiguous copy that
+BLAS does not need, since it takes either operand transposed. When such an
+operand's every element is a plain load of one realized buffer at an affine
+index, it is a strided view of that buffer; if the view is one BLAS reads as
+is (unit stride along one of the two matrix dims), the matmul gets the view
+and no copy kernel runs.
+"""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from .ir import Layout
+from .sizes import index_symbol, linear_coefficient, simplify_with_ranges
+from .tensor import LazyTensor
+from .values import Load
+
+aten = torch.ops.aten
+
+# Ops whose tensor arguments are matrices (or batches of them) that BLAS reads with
+# any leading dimension, either one transposed.
+MATMUL_OPS = frozenset({aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default})
+
+
+def strided_view(t: LazyTensor):
+    """(buffer name, Layout) when every element of ``t`` is ``buffer[offset + sum(i*stride)]``."""
+    if t.view is not None:
+        return t.view
+    if not t.ndim or not all(getattr(s, "is_Integer", False) for s in t.shape):
+        return None
+    symbols = [index_symbol("i", k) for k in range(t.ndim)]
+    probe = t.load(symbols)
+    if not isinstance(probe, Load) or probe.indirect or probe.dtype != t.dtype:
+        return None
+    index = simplify_with_ranges(probe.index, dict(zip(symbols, t.shape)))
+    strides = []
+    for sym, size in zip(symbols, t.shape):
+        coeff = linear_coefficient(index, sym)
+        if coeff is None or not coeff.is_Integer or int(coeff) < 0:
+            return None
+        strides.append(sympy.Integer(0) if size == 1 else coeff)
+    offset = index.xreplace({s: 0 for s in symbols})
+    if not offset.is_Integer or int(offset) < 0:
+        return None
+    return probe.buffer, Layout(tuple(t.shape), tuple(strides), offset)
+
+
+def blas_readable(layout: Layout) -> bool:
+    """The last two dims are a matrix BLAS takes as is, plain or transposed."""
+    if len(layout.shape) < 2:
+        return False
+    (rows, cols), (row_stride, col_stride) = layout.shape[-2:], layout.stride[-2:]
+    if col_stride == 1 and row_stride >= max(cols, 1):
+        return True
+    return row_stride == 1 and col_stride >= max(rows, 1)
+
+
+def matmul_operand_view(target, t: LazyTensor):
+    """The in-place view of a matmul operand, or None where it must be computed."""
+    if target not in MATMUL_OPS or not isinstance(t, LazyTensor) or t.view is not None:
+        return None
+    found = strided_view(t)
+    if found is None or not blas_readable(found[1]):
+        return None
+    return found

@@ -1,0 +1,196 @@
+"""Split reductions: a huge reduction over few rows as two reductions.
+
+``x.sum()`` of 2**26 elements, or ``x.sum(0)`` of a (2**22, 8) tensor, has one
+(or eight) rows: a reduction kernel runs one program per row (GPU) or one
+thread per row (C++), so almost all of the machine idles. Such a reduction is
+rewritten, in the loop IR, into
+
+1. a reduction of ``S`` chunks of each row into partials (rows * S programs),
+2. a reduction of the partials into the result (cheap: S elements per row).
+
+It belongs to lowering, not to a code generator: both generators then see two
+ordinary reductions. The rewrite per kind:
+
+- sum, prod, max, min, any, all: the same reduction twice (partial sums are
+  summed, partial maxima maximized); partials keep the accumulator dtype.
+- argmax/argmin: each chunk's extreme value and its position in the chunk; then
+  the chunk with the extreme partial (the first, on ties, as eager) and the
+  position it recorded: ``chunk * C + position``.
+- var: two passes over the data, both split: the mean, then the sum of squared
+  deviations from it (as exact as Welford's merge of partial moments, and made
+  of sum reductions only).
+
+A row that the chunks do not divide evenly is padded by masked lanes that hold
+the reduction's neutral element.
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+import torch
+
+from .ir import Layout
+from .sizes import decompose, product
+from .tensor import LazyTensor
+from .values import Constant, IndexValue, Masked, Op, cast
+
+# Split a reduction of at least this many elements per row ...
+SPLIT_REDUCTION_MIN_ELEMENTS = 65536
+# ... into chunks so that all rows together make about this many programs ...
+TARGET_PROGRAMS = 1024
+# ... each chunk holding at least threshold / CHUNK_DIVISOR elements.
+CHUNK_DIVISOR = 16
+
+
+def plan_split(rows: int, rnumel: int, threshold: int):
+    """(chunks, chunk size), or None when the reduction has rows enough or is small."""
+    if rnumel < threshold or rows >= TARGET_PROGRAMS // 2:
+        return None
+    min_chunk = max(threshold // CHUNK_DIVISOR, 2)
+    splits = min(TARGET_PROGRAMS // rows, rnumel // min_chunk)
+    if splits < 2:
+        return None
+    for s in range(splits, max(splits // 2, 1), -1):   # a divisor of the row needs no masking
+        if rnumel % s == 0:
+            splits = s
+            break
+    chunk = math.ceil(rnumel / splits)
+    return math.ceil(rnumel / chunk), chunk
+
+
+def _neutral(reduction_type: str, dtype: torch.dtype):
+    if reduction_type == "sum":
+        return 0
+    if reduction_type == "prod":
+        return 1
+    if reduction_type == "any":
+        return False
+    if reduction_type == "all":
+        return True
+    low = reduction_type in ("max", "argmax")
+    if dtype.is_floating_point:
+        return float("-inf") if low else float("inf")
+    if dtype == torch.bool:
+        return not low
+    info = torch.iinfo(dtype)
+    return info.min if low else info.max
+
+
+class _Split:
+    """The index bookkeeping of one split: rows (outer dims) and chunks of the reduced dims."""
+
+    def __init__(self, t: LazyTensor, dims: list, splits: int, chunk: int):
+        self.t = t
+        self.dims = dims
+        self.outer = [d for d in range(t.ndim) if d not in dims]
+        self.red_sizes = [t.shape[d] for d in dims]
+        self.rnumel = int(product(self.red_sizes))
+        self.splits, self.chunk = splits, chunk
+        # the result with every reduced dim kept (size 1)
+        self.kept_shape = [sympy.Integer(1) if d in dims else s for d, s in enumerate(t.shape)]
+
+    def chunks(self, source: LazyTensor, reduction_type: str) -> LazyTensor:
+        """``source`` as [outer..., S, C]: chunk ``s`` holds elements ``s*C ... s*C + C - 1`` of a row."""
+        shape = [source.shape[d] for d in self.outer] + [sympy.Integer(self.splits), sympy.Integer(self.chunk)]
+        padded = self.splits * self.chunk != self.rnumel
+        neutral = _neutral(reduction_type, source.dtype)
+
+        def load(idx):
+            flat = idx[-2] * self.chunk + idx[-1]
+            full = [sympy.Integer(0)] * source.ndim
+            for d, i in zip(self.outer, idx[:-2]):
+                full[d] = i
+            for d, i in zip(self.dims, decompose(flat, self.red_sizes)):
+                full[d] = i
+            value = source.load(full)
+            if padded:
+                inside = Op("lt", [IndexValue(flat), Constant(self.rnumel, torch.int64)], torch.bool)
+                value = Masked(inside, value, neutral)
+            return value
+        out = LazyTensor(shape, source.dtype, source.device, loader=load)
+        out.origins = source.origins
+        return out
+
+    def partials_by_row(self, partial: LazyTensor) -> LazyTensor:
+        """[outer..., S] partials read as [kept shape..., S] (reduced dims of size 1)."""
+        def load(idx):
+            return partial.load([idx[d] for d in self.outer] + [idx[-1]])
+        return LazyTensor(self.kept_shape + [sympy.Integer(self.splits)], partial.dtype, partial.device, loader=load)
+
+    def row_value(self, buf: LazyTensor, idx):
+        """A kept-shape result at the row of ``idx`` (an index over the input's dims)."""
+        return buf.load([sympy.Integer(0) if d in self.dims else i for d, i in enumerate(idx)])
+
+    def finish(self, ctx, kept: LazyTensor, keepdim: bool) -> LazyTensor:
+        """The kept-shape result realized, viewed without the reduced dims unless ``keepdim``."""
+        kept = ctx.realize(kept) if kept.view is None else kept
+        if keepdim:
+            return kept
+        name, layout = kept.view
+        shape = [s for d, s in enumerate(layout.shape) if d not in self.dims]
+        stride = [s for d, s in enumerate(layout.stride) if d not in self.dims]
+        return LazyTensor.of_buffer(name, Layout(tuple(shape), tuple(stride), layout.offset), kept.dtype, kept.device)
+
+
+def split_reduction(ctx, t: LazyTensor, dims, keepdim: bool, reduction_type: str, dtype: torch.dtype,
+                    acc_dtype: torch.dtype, correction: float, threshold: int) -> LazyTensor | None:
+    """The reduction as two reductions when it is huge and has few rows, else None."""
+    if not t.ndim or not dims or not all(getattr(s, "is_Integer", False) for s in t.shape):
+        return None
+    rows = int(product(t.shape[d] for d in range(t.ndim) if d not in dims))
+    plan = plan_split(rows, int(product(t.shape[d] for d in dims)), threshold)
+    if plan is None:
+        return None
+    split = _Split(t, list(dims), *plan)
+    if reduction_type in ("argmax", "argmin"):
+        return _split_arg(ctx, split, reduction_type, keepdim)
+    if reduction_type == "var":
+        return _split_var(ctx, split, dtype, acc_dtype, correction, keepdim)
+    return split.finish(ctx, _two_stage(ctx, split, t, reduction_type, dtype, acc_dtype), keepdim)
+
+
+def _two_stage(ctx, split: _Split, source: LazyTensor, kind: str, dtype, acc_dtype) -> LazyTensor:
+    """``kind`` over chunks into partials (accumulator dtype), then over the partials: kept shape."""
+    last = len(split.outer) + 1
+    partial = ctx.reduction(split.chunks(source, kind), [last], False, kind, acc_dtype, acc_dtype, split=False)
+    return ctx.reduction(split.partials_by_row(partial), [len(split.kept_shape)], False, kind, dtype, acc_dtype,
+                         split=False)
+
+
+def _split_arg(ctx, split: _Split, kind: str, keepdim: bool) -> LazyTensor:
+    from .ops_index import gather_load
+
+    extreme = "max" if kind == "argmax" else "min"
+    source, last = split.t, len(split.outer) + 1
+    chunks = split.chunks(source, kind)
+    best = ctx.reduction(chunks, [last], False, extreme, source.dtype, split=False)
+    where = ctx.reduction(chunks, [last], False, kind, torch.int64, source.dtype, split=False)
+    which = ctx.reduction(split.partials_by_row(best), [len(split.kept_shape)], False, kind, torch.int64,
+                          source.dtype, split=False)
+
+    def load(idx):
+        chunk = which.load(idx)
+        position = gather_load(ctx, where, [idx[d] for d in split.outer] + [chunk])
+        start = Op("mul", [chunk, Constant(split.chunk, torch.int64)], torch.int64)
+        return Op("add", [start, position], torch.int64)
+    return split.finish(ctx, LazyTensor(split.kept_shape, torch.int64, source.device, loader=load), keepdim)
+
+
+def _split_var(ctx, split: _Split, dtype, acc_dtype, correction: float, keepdim: bool) -> LazyTensor:
+    source = split.t
+    n = Constant(float(split.rnumel), acc_dtype)
+    total = _two_stage(ctx, split, source, "sum", acc_dtype, acc_dtype)
+
+    def deviation(idx):
+        mean = Op("truediv", [split.row_value(total, idx), n], acc_dtype)
+        d = Op("sub", [cast(source.load(idx), acc_dtype), mean], acc_dtype)
+        return Op("mul", [d, d], acc_dtype)
+    squares = LazyTensor(source.shape, acc_dtype, source.device, loader=deviation)
+    squares.origins = source.origins
+    m2 = _two_stage(ctx, split, squares, "sum", acc_dtype, acc_dtype)
+    denominator = Constant(max(float(split.rnumel - correction), 0.0), acc_dtype)
+
+    def load(idx):
+        return cast(Op("truediv", [m2.load(idx), denominator], acc_dtype), dtype)
+    return split.finish(ctx, LazyTensor(split.kept_shape, dtype, source.device, loader=load), keepdim)

@@ -1,0 +1,136 @@
+"""Extern ops with several outputs, and the layouts of extern results, on both code generators.
+
+An extern op's result is laid out as the op lays it out for its arguments *as
+realized* (a lazy transposed value is realized contiguous, so a stride-following
+op returns contiguous results where eager's were transposed). The wrappers'
+run-time relayout guard must never fire: each test replaces it with one that fails.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from surge.lowering.ir import ExternBuffer
+from tests.backend_cpp.helpers import compile_cases
+
+from .helpers import aten_graph, assert_outputs_match, compile_fn, randn, schedule_of
+
+aten = torch.ops.aten
+
+# An op shaped like the CUDA attention kernels: several tensors (one never read),
+# then Python sizes; its first output follows its input's strides.
+_LIB = torch.library.Library("surge_extern_test", "DEF")
+_LIB.define("attention_like(Tensor q) -> (Tensor, Tensor, Tensor, SymInt, SymInt)")
+
+
+def _attention_like(q):
+    out = torch.empty_like(q)   # keeps q's strides, as cuDNN attention keeps the query's
+    out.copy_(q * 2)
+    return out, q.sum(-1), q.new_zeros(3), q.shape[0], q.shape[-1]
+
+
+_LIB.impl("attention_like", _attention_like, "CPU")
+_LIB.impl("attention_like", _attention_like, "Meta")
+
+
+def scalars_and_unused_output(x):
+    out, lse, _, rows, cols = torch.ops.surge_extern_test.attention_like(x.transpose(0, 1) + 1)
+    return out + 1, lse * rows + cols
+
+
+def sort_of_transposed_value(x):
+    values, indices = torch.sort(x.t() * 2, dim=1)
+    return values + 1, indices
+
+
+def topk_of_permuted_value(x):
+    values, indices = torch.topk(x.permute(2, 0, 1).exp(), 3, dim=-1)
+    return values * 2, indices + 1
+
+
+def max_dim_of_sliced_value(x):
+    values, indices = torch.max(x[:, 1:].t().sigmoid(), dim=0)
+    return values - 1, indices
+
+
+def cumsum_of_transposed_value(x):
+    return torch.cumsum(x.t() + 1, dim=0) * 3
+
+
+def attention_of_transposed_values(x, w):
+    b, t, c = x.shape
+    q, k, v = (x @ w).split(c, dim=2)
+    q, k, v = (z.view(b, t, 2, c // 2).transpose(1, 2) * 1.5 for z in (q, k, v))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2) + 1
+
+
+CASES = {
+    "scalars_and_unused_output": (scalars_and_unused_output, lambda: (randn(4, 6),)),
+    "sort_of_transposed_value": (sort_of_transposed_value, lambda: (randn(5, 7),)),
+    "topk_of_permuted_value": (topk_of_permuted_value, lambda: (randn(3, 4, 6),)),
+    "max_dim_of_sliced_value": (max_dim_of_sliced_value, lambda: (randn(6, 5),)),
+    "cumsum_of_transposed_value": (cumsum_of_transposed_value, lambda: (randn(4, 9),)),
+    "attention_of_transposed_values": (attention_of_transposed_values, lambda: (randn(2, 5, 16), randn(16, 48))),
+}
+
+
+def _never_relayout(*args):
+    raise AssertionError("an extern result was laid out otherwise than the loop IR assumed")
+
+
+def _check(fn, compiled, make_inputs):
+    inputs = make_inputs()
+    actual, expected = compiled(*inputs), fn(*inputs)
+    if fn is attention_of_transposed_values:   # the fused attention kernel rounds differently
+        torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+    else:
+        assert_outputs_match(actual, expected)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_triton_matches_eager_without_relayout(name, monkeypatch):
+    fn, make_inputs = CASES[name]
+    c = compile_fn(fn, *make_inputs())
+    monkeypatch.setattr(c.module, "relayout", _never_relayout)
+    _check(fn, c, make_inputs)
+
+
+@pytest.fixture(scope="module")
+def cpp_compiled():
+    return compile_cases(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cpp_matches_eager_without_relayout(name, cpp_compiled, monkeypatch):
+    fn, make_inputs = CASES[name]
+    c = cpp_compiled[name]
+    monkeypatch.setattr(c.module, "restride", _never_relayout)
+    _check(fn, c, make_inputs)
+
+
+def test_only_read_elements_become_buffers_and_sizes_constants():
+    s = schedule_of(scalars_and_unused_output, randn(4, 6))
+    externs = [b for b in s.graph.buffers if isinstance(b, ExternBuffer)]
+    assert [b.output_index for b in externs if b.parent] == [0, 1], "element 2 is never read"
+    out = next(b for b in externs if b.output_index == 0)
+    # the op keeps its (contiguous, realized) input's strides; tracing saw a transposed input
+    assert tuple(out.layout.stride) == (4, 1)
+    # the sizes the op returns are folded into the kernel as constants: no extra extern
+    assert len([b for b in externs if b.parent is None]) == 1
+
+
+def test_traced_layouts_are_kept_when_arguments_are_realized_as_traced():
+    x = randn(5, 7)
+    s = schedule_of(lambda a: torch.sort(a, dim=0), x)
+    values = next(b for b in s.graph.buffers if isinstance(b, ExternBuffer) and b.output_index == 0)
+    assert tuple(values.layout.stride) == (7, 1)
+
+
+def test_extern_result_layout_follows_realized_argument():
+    """Tracing saw sort of a transposed value (strides (1, 5)); the schedule realizes the
+    value contiguous, and sort's results follow it."""
+    gm = aten_graph(sort_of_transposed_value, randn(5, 7))
+    sort_node = next(n for n in gm.graph.nodes if n.target is aten.sort.default)
+    assert tuple(sort_node.meta["val"][0].stride()) == (1, 7)
+    s = schedule_of(sort_of_transposed_value, randn(5, 7))
+    children = [b for b in s.graph.buffers if isinstance(b, ExternBuffer) and b.parent]
+    assert [tuple(b.layout.stride) for b in children] == [(5, 1), (5, 1)]
