@@ -78,6 +78,9 @@ def diagnose(name: str, scale: str, rows: int) -> None:
                     actual if isinstance(actual, (list, tuple)) else [actual]):
         err = (e.float() - a.float()).abs().max().item()
         print(f"{name}: max |surge - eager| = {err:.3g}")
+    first = lambda out: out[0] if isinstance(out, (list, tuple)) else out  # noqa: E731
+    print(f"{name}: output strides: eager {first(expected).stride()}, surge {first(actual).stride()}, "
+          f"torch.compile {first(runs['torch.compile']()).stride()}")
     print(f"{name}: sizes {inst.sizes}, counters {dict(surge.counters)}")
     if surge.counters["fallbacks"]:
         print(f"{name}: FALLBACKS: {surge.counters['fallbacks']} (reasons above, SURGE_LOGS=fallbacks)")

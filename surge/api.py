@@ -30,6 +30,9 @@ def compile(
         )
     opts = build_options(backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode, options=options)
     from .frontend.entry import compile_callable
+    from .runtime.lazy_dynamo import defer_dynamo_import
+
+    defer_dynamo_import()  # capture runs torch's meta functions: keep them from importing Dynamo
 
     return compile_callable(fn_or_module, opts)
 
@@ -69,5 +72,5 @@ def explain(fn_or_module, *, backend=None, options: Mapping[str, Any] | None = N
 
 
 def graph_break() -> None:
-    """Does nothing when run eagerly; inside compiled code it asks for a graph break
-    (until graph breaks land, the frame runs eagerly)."""
+    """Does nothing when run eagerly; inside compiled code it splits the graph there: the
+    code before it and the code after it are captured as separate graphs."""

@@ -48,6 +48,9 @@ class Options:
     # Raise surge's own internal errors instead of falling back to eager
     # (for developing surge; users want the fallback).
     raise_internal_errors: bool = False
+    # Reuse whole compiled graphs (aot, lowering, codegen results) from the disk
+    # cache across processes; off to debug those layers.
+    graph_cache: bool = True
 
     @staticmethod
     def from_env() -> "Options":
@@ -57,6 +60,7 @@ class Options:
             debug_dir=_env_str("SURGE_DEBUG_DIR", None),
             cache_dir=_env_str("SURGE_CACHE_DIR", None),
             raise_internal_errors=_env_bool("SURGE_RAISE_INTERNAL_ERRORS", False),
+            graph_cache=_env_bool("SURGE_GRAPH_CACHE", True),
         )
 
     def replace(self, **changes: Any) -> "Options":

@@ -20,11 +20,11 @@ from .. import logs
 from ..counters import counters
 from ..errors import Unsupported
 from ..options import Options
-from ..passes import PassContext, run_pipeline
+from ..runtime.graph_cache import CacheSpec
+from ..runtime.lazy_dynamo import defer_dynamo_import
 from ..tools.debug_dir import artifact_part, write_current
 from ..tools.phases import phase_timer
 from .capture import _fetch, _user_location, insert_copy_back, module_state, trace_program
-from .partition import partition_joint, prune_unused_saved
 from .runtime import InferenceRunner, TrainingRunner
 
 Compiler = Callable[[torch.fx.GraphModule, list], Callable]
@@ -40,6 +40,8 @@ def trace_aten(gm: torch.fx.GraphModule, example_inputs, *, decompose: bool = Tr
     aot_compile's graphs, an output that is a view of an input is returned as
     that view node.
     """
+    from ..passes import PassContext, run_pipeline
+
     options = options or Options()
     program = trace_program(gm, list(example_inputs), decompose=decompose, lift_state=False)
     aten_gm = program.graph_module
@@ -53,8 +55,12 @@ def trace_aten(gm: torch.fx.GraphModule, example_inputs, *, decompose: bool = Tr
 
 
 def aot_compile(gm: torch.fx.GraphModule, example_inputs, *, fw_compiler: Compiler,
-                bw_compiler: Compiler | None = None, options: Options | None = None) -> Callable:
-    compiled = AotCompiled(gm, fw_compiler, bw_compiler or fw_compiler, options or Options())
+                bw_compiler: Compiler | None = None, options: Options | None = None,
+                cache: CacheSpec | None = None) -> Callable:
+    """``cache``: look each variant up in the compiled-graph cache (and store it there)
+    before tracing; the compilers' results must then describe themselves (``artifact()``)."""
+    defer_dynamo_import()  # the tracer's dispatch modes would import Dynamo on their first call
+    compiled = AotCompiled(gm, fw_compiler, bw_compiler or fw_compiler, options or Options(), cache)
     compiled.variant_for(list(example_inputs) + compiled.state_values())
     return compiled
 
@@ -62,8 +68,10 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs, *, fw_compiler: Compil
 class AotCompiled:
     """The callable aot_compile returns; one compiled variant per grad-ness and autocast state."""
 
-    def __init__(self, gm, fw_compiler: Compiler, bw_compiler: Compiler, options: Options):
+    def __init__(self, gm, fw_compiler: Compiler, bw_compiler: Compiler, options: Options,
+                 cache: CacheSpec | None = None):
         self.gm = gm
+        self.cache = cache
         self.fw_compiler = fw_compiler
         self.bw_compiler = bw_compiler
         self.options = options
@@ -114,11 +122,25 @@ class AotCompiled:
         if runner is None:
             start = time.perf_counter()
             with phase_timer.phase("aot"):
-                runner = self._compile_training(inputs, list(flags)) if training else self._compile_inference(inputs)
+                cache_key = self.cache.key(self.gm, inputs, (training, key), self.options) if self.cache else None
+                runner = self._cached_runner(cache_key) if cache_key else None
+                hit = runner is not None
+                if not hit:
+                    runner = (self._compile_training(inputs, list(flags)) if training
+                              else self._compile_inference(inputs))
+                    if cache_key:
+                        self.cache.store(cache_key, runner.program, runner.forward, getattr(runner, "backward", None))
             self.variants[key] = runner
             logs.log("perf", f"aot: {'training' if training else 'inference'} graphs in "
-                             f"{time.perf_counter() - start:.3f}s")
+                             f"{time.perf_counter() - start:.3f}s{' (graph cache)' if hit else ''}")
         return runner
+
+    def _cached_runner(self, cache_key: str):
+        loaded = self.cache.load(cache_key)
+        if loaded is None:
+            return None
+        program, forward, backward = loaded
+        return InferenceRunner(program, forward) if backward is None else TrainingRunner(program, forward, backward)
 
     def _user_inputs(self, inputs):
         return inputs[: self.num_user_inputs]
@@ -132,10 +154,12 @@ class AotCompiled:
         _distinct_values(forward, 0, program.num_values)
         if logs.enabled("aot"):
             logs.log("aot", f"inference graph:\n{forward.print_readable(print_output=False)}")
-        write_current(self.options, "aten_forward.py", forward.print_readable(print_output=False))
+        write_current(self.options, "aten_forward.py", lambda: forward.print_readable(print_output=False))
         return InferenceRunner(program, self.fw_compiler(forward, inputs))
 
     def _compile_training(self, inputs, flags) -> TrainingRunner:
+        from .partition import partition_joint, prune_unused_saved
+
         program = trace_program(self.gm, self._user_inputs(inputs), lift_state=True, grad_inputs=flags)
         joint = self._passes(program.graph_module, "joint")
         if logs.enabled("aot"):
@@ -154,9 +178,9 @@ class AotCompiled:
             logs.log("aot", f"partition saves {parts.num_saved} tensors ({parts.saved_bytes} bytes)\n"
                             f"forward graph:\n{forward.print_readable(print_output=False)}\n"
                             f"backward graph:\n{backward.print_readable(print_output=False)}")
-        write_current(self.options, "aten_forward.py", forward.print_readable(print_output=False))
-        write_current(self.options, "aten_backward.py", backward.print_readable(print_output=False))
-        write_current(self.options, "partition.txt", _describe_saved(backward, program.num_tangents))
+        write_current(self.options, "aten_forward.py", lambda: forward.print_readable(print_output=False))
+        write_current(self.options, "aten_backward.py", lambda: backward.print_readable(print_output=False))
+        write_current(self.options, "partition.txt", lambda: _describe_saved(backward, program.num_tangents))
         bw_inputs = [_example_like(n.meta["val"], n.meta["device"])
                      for n in backward.graph.nodes if n.op == "placeholder"]
         compiled_forward = self.fw_compiler(forward, inputs)
@@ -165,6 +189,9 @@ class AotCompiled:
         return TrainingRunner(program, compiled_forward, compiled_backward)
 
     def _passes(self, gm, name: str):
+        # imported here: a variant loaded from the compiled-graph cache runs no passes
+        from ..passes import PassContext, run_pipeline
+
         return run_pipeline(gm, PassContext(keep_random=self.options.fallback_random, graph_name=name))
 
 

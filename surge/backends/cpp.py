@@ -12,6 +12,7 @@ The compiler is ``$SURGE_CXX`` (default ``g++``), read once per backend call.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 import warnings
@@ -22,6 +23,7 @@ from .. import logs
 from ..counters import counters
 from ..errors import SurgeError
 from ..options import Options, default_cache_dir
+from ..runtime.graph_cache import CacheSpec
 from ..tools.debug_dir import write_current
 from ..tools.phases import phase_timer
 
@@ -42,6 +44,12 @@ class CompiledCppGraph:
     cache_hit: bool = False      # the host module came from the disk cache
     compiled: bool = False       # the C++ compiler ran for this graph
     compile_seconds: float = 0.0
+    library_source: str = ""     # the whole C++ library this graph's kernels are in
+
+    def artifact(self) -> dict:
+        """What the compiled-graph cache stores to rebuild this graph (``load_artifact``)."""
+        return {"host_source": self.source, "path": self.path, "constants": list(self.constants),
+                "library_source": self.library_source}
 
     def __call__(self, *args):
         if self.constants:
@@ -97,7 +105,33 @@ def compile_aten_graphs_cpp(graphs, options: Options | None = None, *, cxx: str 
     logs.log("perf", f"cpp: {len(graphs)} graph(s) in {elapsed * 1000:.1f} ms "
                      f"({'compiled' if compiled else 'cached library'})")
     return [CompiledCppGraph(p["module"].make_call(lib), p["constants"], p["module"], p["source"], p["path"],
-                             p["schedule"], p["hit"], compiled, elapsed) for p in prepared]
+                             p["schedule"], p["hit"], compiled, elapsed, library) for p in prepared]
+
+
+def load_artifact(artifact: dict, toolchain, cache_dir: str) -> CompiledCppGraph:
+    """A compiled graph from its compiled-graph cache artifact: the host module from its
+    text, the library from the library cache (built again only if it went missing)."""
+    from ..runtime import code_cache
+    from ..runtime.cpp_build import load_library
+
+    path = artifact["path"]
+    if not _has_text(path, artifact["host_source"]):
+        path = os.path.join(cache_dir, "cpp_graphs", os.path.basename(path))
+        code_cache.write_module(path, artifact["host_source"])
+    module = code_cache.load_module(path)
+    with phase_timer.phase("kernel_compile"):
+        lib, compiled = load_library(artifact["library_source"], toolchain, cache_dir)
+    counters["kernels"] += len(module.KERNELS)
+    return CompiledCppGraph(module.make_call(lib), artifact["constants"], module, artifact["host_source"], path,
+                            cache_hit=True, compiled=compiled, library_source=artifact["library_source"])
+
+
+def _has_text(path: str, text: str) -> bool:
+    try:
+        with open(path) as f:
+            return f.read() == text
+    except OSError:
+        return False
 
 
 def _host_module(aten_gm, example_inputs, options: Options, cache_dir: str, toolchain, prefix: str) -> dict:
@@ -147,8 +181,9 @@ def cpp_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Opti
 
     options = options or Options.from_env()
     cxx = os.environ.get("SURGE_CXX") or None
+    cache_dir = default_cache_dir(options)
     try:
-        _toolchain(cxx, default_cache_dir(options))
+        toolchain = _toolchain(cxx, cache_dir)
     except CompilerUnavailable as why:
         if cxx not in _WARNED:
             _WARNED.add(cxx)
@@ -159,4 +194,10 @@ def cpp_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Opti
 
     def compiler(aten_gm, inputs):
         return compile_aten_graph_cpp(aten_gm, inputs, options, cxx=cxx)
-    return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler, options=options)
+
+    cache = None
+    if options.graph_cache and not options.debug_dir:  # a debug dir wants every layer's artifacts
+        cache = CacheSpec(cache_dir, ("cpp", toolchain.version, toolchain.cpu, toolchain.flags, toolchain.libs),
+                          functools.partial(load_artifact, toolchain=toolchain, cache_dir=cache_dir))
+    return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler, options=options,
+                       cache=cache)

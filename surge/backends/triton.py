@@ -9,6 +9,7 @@ hands each to ``compile_aten_graph``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 
@@ -17,6 +18,7 @@ import torch
 from .. import logs
 from ..counters import counters
 from ..options import Options, default_cache_dir
+from ..runtime.graph_cache import CacheSpec
 from ..tools.debug_dir import write_current
 from ..tools.phases import phase_timer
 
@@ -35,6 +37,12 @@ class CompiledGraph:
     schedule: object = None       # None when the module came from the disk cache
     cache_hit: bool = False
     compile_seconds: float = 0.0
+    autotune: bool = False
+
+    def artifact(self) -> dict:
+        """What the compiled-graph cache stores to rebuild this graph (``load_artifact``)."""
+        return {"source": self.source, "path": self.path, "constants": list(self.constants),
+                "autotune": self.autotune}
 
     def __call__(self, *args):
         if self.constants:
@@ -69,7 +77,6 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
     from ..codegen.triton.module import generate_module, split_module
     from ..lowering.lower import lower_graph
     from ..runtime import code_cache
-    from ..runtime.launcher import make_launcher
     from ..runtime.triton_mode import interpreting
     from ..schedule import schedule_graph
 
@@ -102,15 +109,44 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
     logs.log("output_code", f"{path}\n{source}")
     write_current(options, "kernels.py", lambda: split_module(source)[0])
     write_current(options, "wrapper.py", lambda: split_module(source)[1])
+    compiled = _load(source, path, constants, cache_dir, autotune)
+    compiled.schedule, compiled.cache_hit = schedule, hit
+    compiled.compile_seconds = elapsed = time.perf_counter() - start
+    logs.log("perf", f"compiled graph {key[:12]} in {elapsed * 1000:.1f} ms ({'disk cache' if hit else 'fresh'})")
+    return compiled
+
+
+def _load(source: str, path: str, constants: list, cache_dir: str, autotune: bool) -> CompiledGraph:
+    """Import a generated module and bind a launcher to each of its kernels."""
+    from ..runtime import code_cache
+    from ..runtime.launcher import make_launcher
+
     with phase_timer.phase("kernel_compile"):  # loading; Triton compiles each kernel on its first launch
         module = code_cache.load_module(path)
         launchers = {name: make_launcher(getattr(module, name), name, meta, source, cache_dir, autotune)
                      for name, meta in module.KERNELS.items()}
     counters["kernels"] += len(launchers)
-    call = module.make_call(launchers)
-    elapsed = time.perf_counter() - start
-    logs.log("perf", f"compiled graph {key[:12]} in {elapsed * 1000:.1f} ms ({'disk cache' if hit else 'fresh'})")
-    return CompiledGraph(call, constants, module, source, path, launchers, schedule, hit, elapsed)
+    return CompiledGraph(module.make_call(launchers), constants, module, source, path, launchers,
+                         autotune=autotune)
+
+
+def load_artifact(artifact: dict, cache_dir: str) -> CompiledGraph:
+    """A compiled graph from its compiled-graph cache artifact. Triton finds each kernel's
+    binary in its own cache on the first launch (it compiles only if that went missing)."""
+    from ..runtime import code_cache
+
+    path = artifact["path"]
+    try:
+        with open(path) as f:
+            intact = f.read() == artifact["source"]
+    except OSError:
+        intact = False
+    if not intact:  # Triton reads kernel source from the module's file
+        path = code_cache.module_path(cache_dir, os.path.basename(path)[:-3])
+        code_cache.write_module(path, artifact["source"])
+    compiled = _load(artifact["source"], path, artifact["constants"], cache_dir, artifact["autotune"])
+    compiled.cache_hit = True
+    return compiled
 
 
 def triton_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Options | None = None):
@@ -130,4 +166,24 @@ def triton_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: O
                                   + (" (TRITON_INTERPRET is off)" if device.type == "cpu" else ""))
             return aten_gm.forward
         return compile_aten_graph(aten_gm, inputs, options)
-    return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler, options=options)
+
+    cache = None
+    if options.graph_cache and not options.debug_dir:  # a debug dir wants every layer's artifacts
+        cache_dir = default_cache_dir(options)
+        cache = CacheSpec(cache_dir, ("triton", PERSISTENT_REDUCTION_LIMIT, _kernel_target(example_inputs)),
+                          functools.partial(load_artifact, cache_dir=cache_dir))
+    return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler, options=options,
+                       cache=cache)
+
+
+def _kernel_target(example_inputs) -> str:
+    """What the kernels run on: Triton's interpreter, or the GPU's name and compute capability."""
+    from ..runtime.triton_mode import interpreting
+
+    if interpreting():
+        return "interpreter"
+    device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor) and x.device.type == "cuda"),
+                  None)
+    if device is None:
+        return "no gpu"
+    return f"{torch.cuda.get_device_name(device)}|{torch.cuda.get_device_capability(device)}"

@@ -197,7 +197,7 @@ def _compile_graph(tracer: Tracer, fn, outputs: list, backend, skip_empty: bool)
     if logs.enabled("graph"):
         logs.log("graph", f"captured graph of {fn.__qualname__}:\n{gm.print_readable(print_output=False)}")
     write_current(tracer.options, "source.py", source_of(fn))
-    write_current(tracer.options, "graph.py", gm.print_readable(print_output=False))
+    write_current(tracer.options, "graph.py", lambda: gm.print_readable(print_output=False))
     try:
         with phase_timer.phase("other"):  # the backend times its own phases; the rest is not capture
             compiled = backend(gm, example_inputs)

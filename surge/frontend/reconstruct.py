@@ -17,16 +17,24 @@ from .variables.containers import (
     DictVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, key_variable,
 )
 from .variables.functions import UserFunctionVariable, UserMethodVariable
-from .variables.objects import ClassVariable, NewObjectVariable, NNModuleVariable, PythonModuleVariable, UserObjectVariable
+from .variables.objects import DICT_STORAGE_BASES, ClassVariable, NewObjectVariable, NNModuleVariable, PythonModuleVariable, UserObjectVariable
 from .variables.tensor import TensorVariable
 from .variables.torch_fns import TorchFunctionVariable
 
 _LITERAL_TYPES = (int, str, bool, type(None), bytes)
 
 
-def new_object(cls, attrs: dict):
-    """An instance of ``cls`` with ``attrs`` set, the way the trace built it."""
-    obj = object.__new__(cls)
+def new_object(cls, attrs: dict, items: dict | None = None, shared: tuple = ()):
+    """An instance of ``cls`` with ``attrs`` set, the way the trace built it; for a dict
+    subclass, ``items`` are its dict storage, stored past the class's own __setitem__.
+    Keys in ``shared`` hold in the storage the very object of the same-named attribute."""
+    if items is None:
+        obj = object.__new__(cls)
+    else:
+        base = next(k for k in cls.__mro__ if k in DICT_STORAGE_BASES)
+        obj = base.__new__(cls)
+        for key, value in items.items():
+            base.__setitem__(obj, key, attrs[key] if key in shared else value)
     obj.__dict__.update(attrs)
     return obj
 
@@ -46,6 +54,8 @@ def collect_tensor_outputs(value: Variable, outputs: list, seen: set) -> None:
     elif isinstance(value, NewObjectVariable):
         for item in value.attrs.values():
             collect_tensor_outputs(item, outputs, seen)
+        if value.storage is not None:
+            collect_tensor_outputs(value.storage, outputs, seen)
 
 
 class ReturnCodegen:
@@ -100,7 +110,12 @@ class ReturnCodegen:
             cls = self.codegen.consts.ref(value.cls, value.cls.__name__)
             builder = self.codegen.consts.ref(new_object, "new_object")
             body = ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.attrs.items())
-            return f"{builder}({cls}, {{{body}}})"
+            if value.storage is None:
+                return f"{builder}({cls}, {{{body}}})"
+            shared = tuple(k for k, v in value.storage.items.items() if value.attrs.get(k) is v)
+            items = ", ".join(f"{self.expr(key_variable(k))}: {'None' if k in shared else self.expr(v)}"
+                              for k, v in value.storage.items.items())
+            return f"{builder}({cls}, {{{body}}}, {{{items}}}, {shared!r})"
         if value.source is not None:
             return self.codegen.value_of(value.source)
         if isinstance(value, (NNModuleVariable, UserObjectVariable)):

@@ -243,3 +243,18 @@ class ParamSource:
         if self.index is None:
             return fallback
         return f"(args[{self.index}] if len(args) > {self.index} else {fallback})"
+
+
+@dataclass(frozen=True)
+class DictStorageSource:
+    """``dict.__getitem__(parent, key)``: an entry of a dict subclass's own storage,
+    read past any ``__getitem__`` the subclass defines (what ``super().get(key)`` reads)."""
+
+    parent: Source
+    key: object
+
+    def name(self):
+        return f"dict.__getitem__({self.parent.name()}, {self.key!r})"
+
+    def expr(self, parent, consts):
+        return f"{consts.ref(dict.__getitem__, 'dict_getitem')}({parent}, {self.key!r})"

@@ -29,11 +29,9 @@ def compiler_fingerprint() -> str:
     for folder in _COMPILER_DIRS:
         for path in sorted((root / folder).rglob("*.py")):
             digest.update(path.read_bytes())
-    try:
-        import triton
-        digest.update(triton.__version__.encode())
-    except ImportError:
-        pass
+    from .graph_cache import triton_version
+
+    digest.update(triton_version().encode())  # read without importing triton (slow, and the cpp backend needs none)
     digest.update(torch.__version__.encode())
     return digest.hexdigest()
 

@@ -110,10 +110,19 @@ def compare(actual, expected, rtol: float, atol: float) -> tuple[bool, float]:
     for a, e in zip(a_list, e_list):
         if a.shape != e.shape or a.dtype != e.dtype:
             return False, float("inf")
+        low_precision = a.dtype in (torch.bfloat16, torch.float16)
         a, e = a.detach().double(), e.detach().double()
         diff = (a - e).abs()
         worst = max(worst, float(diff.max()) if diff.numel() else 0.0)
-        ok = ok and bool(torch.all(diff <= atol + rtol * e.abs()))
+        if low_precision and diff.numel():
+            # A deep bf16/fp16 model legitimately differs element by element between two
+            # correct compilers (each rounds its own fusions); judge the whole tensor by
+            # its relative error norm instead, where wrong code shows up as O(1).
+            ok = ok and bool(torch.isfinite(a).eq(torch.isfinite(e)).all()) and float(
+                torch.linalg.vector_norm(torch.nan_to_num(a - e)) /
+                torch.linalg.vector_norm(torch.nan_to_num(e)).clamp_min(1e-30)) <= rtol
+        else:
+            ok = ok and bool(torch.all(diff <= atol + rtol * e.abs()))
     return ok, worst
 
 
@@ -268,12 +277,19 @@ def probe_in_subprocess(cfg: BenchConfig, name: str, contender: str, env: dict) 
 
 
 def probe_first_call(cfg: BenchConfig, name: str, contender: str) -> float:
-    """The body of a fresh process: one first call of ``contender`` on ``name``."""
+    """The body of a fresh process: one first call of ``contender`` on ``name``.
+
+    The timed span starts before the contender is made and its ``compile(target)``
+    is called: whatever either one imports or prepares there (torch.compile imports
+    Dynamo in that call, surge its frontend) counts, as it does for a user."""
     instance = workloads.build(name, cfg.device, cfg.scale)
     inputs = instance.make_inputs(0)
     target = instance.fresh_target()
-    compiled = make_contender(contender, cfg.surge_backend).compile(target)
-    seconds, _ = timing.timed_once(lambda: instance.run(compiled, target, inputs), cfg.device)
+
+    def compile_and_call():
+        compiled = make_contender(contender, cfg.surge_backend).compile(target)
+        return instance.run(compiled, target, inputs)
+    seconds, _ = timing.timed_once(compile_and_call, cfg.device)
     return seconds
 
 

@@ -36,6 +36,17 @@ def test_compare_catches_wrong_values_shapes_and_structure():
     assert not compare(x.double(), x, 1, 1)[0]
 
 
+def test_compare_judges_low_precision_by_relative_error_norm():
+    e = torch.randn(256, 256).bfloat16()
+    rounding = (e.float() * (1 + 4e-3 * torch.randn(256, 256))).bfloat16()
+    rounding[0, 0] = e[0, 0] * 1.5  # one element far off, as deep bf16 models produce
+    assert compare(rounding, e, 2e-2, 2e-2)[0]
+    assert not compare(e.flip(0), e, 2e-2, 2e-2)[0]  # wrong code: O(1) relative error
+    nan = e.clone()
+    nan[3, 3] = float("nan")
+    assert not compare(nan, e, 2e-2, 2e-2)[0]
+
+
 def test_bandwidth_workloads_count_at_least_their_input_and_output():
     inst = workloads.build("layernorm_gelu", "cpu", "quick")
     x = inst.make_inputs(0)[0]

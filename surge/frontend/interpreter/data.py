@@ -145,7 +145,7 @@ def _store_attr(frame, inst):
 
 @opcode("DELETE_ATTR")
 def _delete_attr(frame, inst):
-    unsupported(f"del of attribute {inst.argval!r} (side effects are not captured yet)")
+    frame.pop().delattr(frame.tracer, inst.argval)
 
 
 @opcode("BUILD_TUPLE")

@@ -9,6 +9,7 @@ from ..variables.constant import ConstantVariable
 from ..variables.containers import (
     BaseSequenceVariable, DictVariable, ListVariable, SetVariable, TupleVariable, _key_of,
 )
+from ..variables.objects import call_python_dunder
 from ..variables.tensor import TensorVariable, record_op
 
 INPLACE_TO_BINARY = {
@@ -62,9 +63,13 @@ def unary_op(tx, fn, value: Variable) -> Variable:
 
 
 def binary_op(tx, fn, a: Variable, b: Variable) -> Variable:
+    inplace_of = INPLACE_TO_BINARY.get(fn)
+    if inplace_of is not None and not isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
+        # ``n += tensor`` with a Python number: numbers have no in-place form, so
+        # Python computes ``n + tensor`` (no graph node may assign to a literal).
+        return record_op(tx, "call_function", inplace_of, [a, b], {})
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         return record_op(tx, "call_function", fn, [a, b], {})
-    inplace_of = INPLACE_TO_BINARY.get(fn)
     if inplace_of is not None:
         if isinstance(a, ListVariable) and fn is operator.iadd:
             a.check_mutable(tx)
@@ -182,6 +187,12 @@ def contains(tx, container: Variable, item: Variable) -> bool:
 
     if isinstance(container, NNModuleVariable) and item.is_constant():
         return item.as_constant() in container.module._modules
+    handler = getattr(container, "contains", None)
+    if handler is not None and item.is_constant():
+        return handler(tx, item)
+    found = call_python_dunder(tx, container, "__contains__", [item])
+    if found is not None:
+        return found.truthy(tx)
     return any(compare_equal(tx, item, x) for x in container.iterate(tx))
 
 
@@ -193,6 +204,9 @@ def getitem(tx, obj: Variable, index: Variable) -> Variable:
     handler = getattr(obj, "getitem", None)
     if handler is not None:
         return handler(tx, index)
+    result = call_python_dunder(tx, obj, "__getitem__", [index])
+    if result is not None:
+        return result
     if obj.is_constant():
         try:
             return tx.wrap(obj.as_constant()[index.as_constant()], None)
@@ -217,6 +231,8 @@ def setitem(tx, obj: Variable, index: Variable, value: Variable) -> None:
         obj.check_mutable(tx)
         obj.items[_key_of(tx, index)] = value
         return
+    if call_python_dunder(tx, obj, "__setitem__", [index, value]) is not None:
+        return
     unsupported(f"item assignment on {obj}")
 
 
@@ -228,5 +244,7 @@ def delitem(tx, obj: Variable, index: Variable) -> None:
     if isinstance(obj, DictVariable):
         obj.check_mutable(tx)
         obj.items.pop(_key_of(tx, index), None)
+        return
+    if call_python_dunder(tx, obj, "__delitem__", [index]) is not None:
         return
     unsupported(f"del on {obj}")

@@ -60,6 +60,9 @@ class Variable:
     def setattr(self, tx, name: str, value: "Variable") -> None:
         unsupported(f"setting attribute {name!r} of {self} (side effects are not captured yet)")
 
+    def delattr(self, tx, name: str) -> None:
+        unsupported(f"del of attribute {name!r} of {self} (side effects are not captured yet)")
+
     def call(self, tx, args: list, kwargs: dict) -> "Variable":
         unsupported(f"calling {self}")
 

@@ -20,11 +20,12 @@ from .builtins import BUILTIN_RULES, BuiltinVariable
 from .constant import ConstantVariable, is_constant_value
 from .containers import DictVariable, IteratorVariable, ListVariable, SetVariable, TupleVariable
 from .functions import OpaqueCallableVariable, UserFunctionVariable, UserMethodVariable
+from . import copies, dataclass_rules, signatures  # noqa: F401  (register their rules)
 from .objects import (
     ClassVariable, NNModuleVariable, PythonModuleVariable, UserObjectVariable, WeakRefVariable, is_torch_library_code,
 )
 from .tensor import TensorVariable
-from .torch_fns import TorchFunctionVariable
+from .torch_fns import TORCH_FUNCTION_RULES, TorchFunctionVariable
 
 _CALLABLE_TYPES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodDescriptorType,
                    types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType)
@@ -117,7 +118,8 @@ def _wrap_callable_or_object(tx, value, source):
         # A function compiled on its own, called from compiled code: inline its original.
         return wrap_value(tx, original, None)
     if isinstance(value, types.FunctionType):
-        if getattr(value, "__code__", None) is not None and _is_torch_op_function(value):
+        if value in TORCH_FUNCTION_RULES or (
+                getattr(value, "__code__", None) is not None and _is_torch_op_function(value)):
             return TorchFunctionVariable(value, source)
         return UserFunctionVariable(value, source)
     if isinstance(value, types.MethodType):

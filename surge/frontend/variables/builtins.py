@@ -145,6 +145,12 @@ def _setattr(tx, obj, name, value):
     return NONE
 
 
+@builtin(delattr)
+def _delattr(tx, obj, name):
+    obj.delattr(tx, name.as_constant())
+    return NONE
+
+
 @builtin(object.__setattr__)
 def _object_setattr(tx, obj, name, value):
     from .objects import NewObjectVariable
@@ -204,10 +210,19 @@ def _string_conversion(fn):
         if args and isinstance(args[0], ExceptionVariable) and all(a.is_constant() for a in args[0].args):
             exc = args[0].exc_type(*[a.as_constant() for a in args[0].args])
             return ConstantVariable(fn(exc, *[a.as_constant() for a in args[1:]]))
+        if fn in (str, repr) and len(args) == 1 and not kwargs and _plain_class(args[0]):
+            # "<class 'mod.Name'>": fixed by the class's identity and its metaclass being type.
+            return ConstantVariable(fn(args[0].cls))
         if not _all_constant(args, kwargs):
             unsupported(f"{fn.__name__}() of {args[0] if args else ''} in compiled code")
         return ConstantVariable(fold(fn, args, kwargs))
     return rule
+
+
+def _plain_class(var) -> bool:
+    from .objects import ClassVariable
+
+    return isinstance(var, ClassVariable) and type(var.cls).__repr__ is type.__repr__
 
 
 for _fn in (str, repr, format, ascii, hash, chr, ord, bin, hex, oct, round, divmod):

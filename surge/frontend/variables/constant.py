@@ -1,6 +1,8 @@
 """Python values that are fixed during capture: numbers, strings, None, dtypes, ..."""
 from __future__ import annotations
 
+import types
+
 import torch
 
 from .base import AttributeMissing, Variable, unsupported
@@ -11,6 +13,8 @@ CONSTANT_TYPES = (
     int, float, bool, str, bytes, complex, type(None), type(Ellipsis), type(NotImplemented),
     range, slice, frozenset, torch.dtype, torch.device, torch.layout, torch.memory_format,
     torch.finfo, torch.iinfo, torch.Size,
+    # Code objects are immutable; a read of ``fn.__code__`` is covered by fn's identity guard.
+    types.CodeType,
 )
 
 

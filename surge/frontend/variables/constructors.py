@@ -13,7 +13,8 @@ import torch
 from .base import unsupported
 from .builtins import BUILTIN_RULES
 from .constant import ConstantVariable
-from .containers import TupleVariable
+from .containers import DictVariable, TupleVariable
+from .dict_storage import is_dict_storage_class
 from .contexts import GRAD_MODE_CLASSES, make_grad_context
 from .objects import NewObjectVariable, bind_class_attribute, static_lookup, _MISSING
 from .torch_fns import PURE_TORCH_CLASSES, call_pure_torch_class
@@ -79,13 +80,23 @@ def construct(tx, class_var, args, kwargs):
         if args or kwargs:
             unsupported("object() takes no arguments")
         return NewObjectVariable(object)
-    if cls.__new__ is not object.__new__ or cls.__module__ in ("builtins",):
+    if type(cls).__call__ is not type.__call__:
+        unsupported(f"constructing {cls.__qualname__} (its metaclass defines __call__) in compiled code")
+    storage = None
+    if is_dict_storage_class(cls) and cls.__module__ not in ("builtins", "collections"):
+        storage = DictVariable({}, cls=dict)
+    elif cls.__new__ is not object.__new__ or cls.__module__ in ("builtins",):
         unsupported(f"constructing {cls.__qualname__} (a class with its own __new__) in compiled code")
-    if hasattr(cls, "__slots__"):
+    if cls.__dictoffset__ == 0:
+        # Only __slots__ all the way down leaves instances without a __dict__ (an empty
+        # __slots__ on an abstract base, as collections.abc has, does not).
         unsupported(f"constructing {cls.__qualname__} (a class with __slots__) in compiled code")
-    obj = NewObjectVariable(cls)
+    obj = NewObjectVariable(cls, storage)
     init = static_lookup(cls, "__init__")
     if init is not _MISSING and init is not object.__init__:
+        if storage is not None and not isinstance(init, types.FunctionType):
+            obj.getattr(tx, "__init__").call(tx, args, kwargs)
+            return obj
         if not isinstance(init, types.FunctionType):
             unsupported(f"{cls.__qualname__}.__init__ is not Python code")
         bind_class_attribute(tx, obj, cls, "__init__", init).call(tx, args, kwargs)

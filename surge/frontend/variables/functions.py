@@ -5,12 +5,14 @@ from __future__ import annotations
 import inspect
 import types
 
-from .base import Variable, unsupported
+from .base import AttributeMissing, Variable, unsupported
 from .constant import ConstantVariable
 from .containers import IteratorVariable
 
 CO_VARARGS = inspect.CO_VARARGS
 CO_VARKEYWORDS = inspect.CO_VARKEYWORDS
+# Attributes of a function object that hold data (not derived from its code).
+FUNCTION_DATA_ATTRIBUTES = {"__module__", "__doc__", "__defaults__", "__kwdefaults__", "__annotations__", "__dict__"}
 
 
 class CellVariable(Variable):
@@ -76,6 +78,9 @@ class FunctionVariable(Variable):
             return ConstantVariable(self.code.co_name)
         if name == "__qualname__":
             return ConstantVariable(getattr(self, "qualname", self.code.co_name))
+        if name == "__code__":
+            # Capture inlines this very code object, so reading it assumes nothing more.
+            return ConstantVariable(self.code)
         unsupported(f"attribute {name!r} of function {self.code.co_name}")
 
 
@@ -114,6 +119,25 @@ class UserFunctionVariable(FunctionVariable):
             return None
         parent = self._child_source()
         return tx.wrap(kwdefaults[name], DefaultSource(parent, name, kwonly=True) if parent else None)
+
+    def getattr(self, tx, name):
+        if name in FUNCTION_DATA_ATTRIBUTES or name in getattr(self.fn, "__dict__", {}):
+            # __module__, __doc__, __defaults__ and what decorators store (__wrapped__, ...):
+            # read from the function object and guarded through it.
+            from ..sources import AttrSource
+
+            try:
+                value = getattr(self.fn, name)
+            except AttributeError:
+                return super().getattr(tx, name)
+            return tx.wrap(value, AttrSource(self._child_source(), name) if self.source is not None else None)
+        if not hasattr(types.FunctionType, name):
+            # An attribute a decorator did not set (``hasattr(fn, "__wrapped__")``): absent,
+            # and guarded as absent on this function.
+            if self.source is not None:
+                tx.guards.has_attr(self._child_source(), name, False)
+            raise AttributeMissing(name)
+        return super().getattr(tx, name)
 
     def closure_cells(self, tx):
         from ..sources import ClosureSource

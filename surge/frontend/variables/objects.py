@@ -2,16 +2,20 @@
 the trace (dataclasses, plain classes), classes, ``super()`` and Python modules."""
 from __future__ import annotations
 
+import collections
+import os
 import types
 
 import torch
 from torch.distributions.utils import lazy_property
 
 from ..sources import AttrSource, ConstSource, ModuleDictSource
-from .base import AttributeMissing, Variable, unsupported
+from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .constant import NONE, ConstantVariable
 
 _MISSING = object()
+# Built-in classes whose methods act on a dict subclass's own storage.
+DICT_STORAGE_BASES = (dict, collections.OrderedDict)
 
 
 def static_lookup(cls: type, name: str):
@@ -62,6 +66,24 @@ def bind_class_attribute(tx, self_var: Variable, cls: type, name: str, value):
     return tx.wrap(value, None)
 
 
+def call_python_dunder(tx, var: Variable, name: str, args: list):
+    """``type(obj).<name>(obj, *args)`` when the object's class implements it in Python
+    (``__getitem__`` of a registry, ``__contains__`` of a Mapping); None otherwise."""
+    if isinstance(var, UserObjectVariable) and type(var.obj) is os._Environ:
+        # Its Mapping methods would read the process environment: modelled in environ.py.
+        return var.getattr(tx, name).call(tx, list(args), {})
+    if isinstance(var, ObjectVariable) and not isinstance(var, NNModuleVariable):
+        cls = type(var.obj)
+    elif isinstance(var, NewObjectVariable):
+        cls = var.cls
+    else:
+        return None
+    method = static_lookup(cls, name)
+    if not isinstance(method, types.FunctionType):
+        return None
+    return bind_class_attribute(tx, var, cls, name, method).call(tx, list(args), {})
+
+
 class ObjectVariable(Variable):
     """Common attribute lookup for objects whose real Python object is known."""
 
@@ -82,24 +104,45 @@ class ObjectVariable(Variable):
         return getattr(self.obj, "__dict__", {})
 
     def getattr(self, tx, name):
+        from .environ import environ_method
+
+        modelled = environ_method(self, name) if isinstance(self, UserObjectVariable) else None
+        if modelled is not None:
+            return modelled
+        method = static_lookup(type(self.obj), "__getattribute__")
+        if isinstance(method, types.FunctionType) and not isinstance(self, NNModuleVariable):
+            # The class's own __getattribute__ (a config's attribute aliases) decides; its
+            # super().__getattribute__ comes back to generic_getattr.
+            return bind_class_attribute(tx, self, type(self.obj), "__getattribute__", method).call(
+                tx, [ConstantVariable(name)], {})
+        return self.generic_getattr(tx, name)
+
+    def generic_getattr(self, tx, name):
+        """``object.__getattribute__``: instance dict, class attributes, descriptors."""
         stored = tx.side_effects.attribute(self.obj, name)
         if stored is not None:
             return stored
         cls = type(self.obj)
+        if name == "__class__":
+            # Covered by the type (or identity) guard every object read from the inputs has.
+            return ClassVariable(cls)
+        if name == "__dict__" and isinstance(self, UserObjectVariable) and self.source is not None \
+                and isinstance(getattr(self.obj, "__dict__", None), dict):
+            from .dict_storage import InstanceDictVariable
+
+            return InstanceDictVariable(self)
         static = static_lookup(cls, name)
         if static is not _MISSING and (isinstance(static, property) or (
                 hasattr(type(static), "__set__") and not isinstance(static, types.FunctionType))):
             if isinstance(static, property):
                 return bind_class_attribute(tx, self, cls, name, static)
             unsupported(f"data descriptor {name!r} of {cls.__qualname__}")
+        if name == "__dict__":
+            unsupported(f"reading __dict__ of {cls.__qualname__}")
         d = self.instance_dict()
         if name in d:
             src = self.child_source()
             return tx.wrap(d[name], AttrSource(src, name) if src is not None else None)
-        if name == "__class__":
-            return ClassVariable(cls)
-        if name == "__dict__":
-            unsupported(f"reading __dict__ of {cls.__qualname__}")
         if static is not _MISSING:
             if not _is_bindable(static):
                 # A class attribute read through the instance: guarded through the
@@ -110,6 +153,15 @@ class ObjectVariable(Variable):
         return self.getattr_fallback(tx, name)
 
     def setattr(self, tx, name, value):
+        method = static_lookup(type(self.obj), "__setattr__")
+        if isinstance(method, types.FunctionType) and not isinstance(self, NNModuleVariable):
+            bind_class_attribute(tx, self, type(self.obj), "__setattr__", method).call(
+                tx, [ConstantVariable(name), value], {})
+            return
+        self.store_attribute(name, value, tx)
+
+    def store_attribute(self, name, value, tx=None):
+        """``object.__setattr__``: recorded as a side effect on the real object."""
         if self.source is None:
             unsupported(f"setting attribute {name!r} of an object not reachable from the inputs")
         static = static_lookup(type(self.obj), name)
@@ -426,20 +478,58 @@ for _name, _rule in CONTAINER_MODULE_RULES.items():
     MODULE_METHOD_RULES.setdefault(_name, _rule)
 
 
-class NewObjectVariable(Variable):
-    """An object of a user class created during the trace (dataclasses and plain classes)."""
+def static_owner(cls: type, name: str):
+    """The class of ``cls.__mro__`` whose __dict__ defines ``name``, or None."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass
+    return None
 
-    def __init__(self, cls: type):
+
+class NewObjectVariable(Variable):
+    """An object of a user class created during the trace (dataclasses and plain classes).
+
+    For a dict subclass (``ModelOutput``-style OrderedDict dataclasses), ``storage``
+    holds the dict's own items beside the instance attributes.
+    """
+
+    def __init__(self, cls: type, storage=None):
         self.cls = cls
         self.attrs: dict[str, Variable] = {}
+        self.storage = storage
 
     def python_type(self):
         return self.cls
 
     def truthy(self, tx):
+        if self.storage is not None and static_lookup(self.cls, "__bool__") is _MISSING:
+            return bool(self.storage.items)
         return True
 
+    def iterate(self, tx):
+        if self.storage is not None and not isinstance(static_lookup(self.cls, "__iter__"), types.FunctionType):
+            return self.storage.iterate(tx)
+        method = static_lookup(self.cls, "__iter__")
+        if isinstance(method, types.FunctionType):
+            return bind_class_attribute(tx, self, self.cls, "__iter__", method).call(tx, [], {}).iterate(tx)
+        unsupported(f"iterating over {self}")
+
+    def length(self, tx):
+        method = static_lookup(self.cls, "__len__")
+        if isinstance(method, types.FunctionType):
+            return bind_class_attribute(tx, self, self.cls, "__len__", method).call(tx, [], {}).as_constant()
+        if self.storage is not None:
+            return len(self.storage.items)
+        unsupported(f"len() of {self}")
+
     def getattr(self, tx, name):
+        method = static_lookup(self.cls, "__getattribute__")
+        if isinstance(method, types.FunctionType):
+            return bind_class_attribute(tx, self, self.cls, "__getattribute__", method).call(
+                tx, [ConstantVariable(name)], {})
+        return self.generic_getattr(tx, name)
+
+    def generic_getattr(self, tx, name):
         static = static_lookup(self.cls, name)
         if isinstance(static, property):
             return bind_class_attribute(tx, self, self.cls, name, static)
@@ -447,11 +537,39 @@ class NewObjectVariable(Variable):
             return self.attrs[name]
         if name == "__class__":
             return ClassVariable(self.cls)
+        if name == "__dict__":
+            from .containers import DictVariable
+
+            view = DictVariable({})
+            view.items = self.attrs  # the same dict: writes through it are attribute writes
+            return view
+        if self.storage is not None and static_owner(self.cls, name) in DICT_STORAGE_BASES:
+            from .dict_storage import StorageMethodVariable
+
+            return StorageMethodVariable(self, name)
         if static is not _MISSING:
             return bind_class_attribute(tx, self, self.cls, name, static)
         raise AttributeMissing(name)
 
     def setattr(self, tx, name, value):
+        method = static_lookup(self.cls, "__setattr__")
+        if isinstance(method, types.FunctionType):
+            # The class's own __setattr__ runs (it may mirror fields into dict storage).
+            bind_class_attribute(tx, self, self.cls, "__setattr__", method).call(tx, [ConstantVariable(name), value], {})
+            return
+        self.store_attribute(name, value)
+
+    def delattr(self, tx, name):
+        method = static_lookup(self.cls, "__delattr__")
+        if isinstance(method, types.FunctionType):
+            bind_class_attribute(tx, self, self.cls, "__delattr__", method).call(tx, [ConstantVariable(name)], {})
+            return
+        if name not in self.attrs:
+            raise_in_user_code(AttributeError, name)
+        del self.attrs[name]
+
+    def store_attribute(self, name, value, tx=None):
+        """``object.__setattr__``: the instance __dict__, past any class __setattr__."""
         static = static_lookup(self.cls, name)
         if static is not _MISSING and hasattr(type(static), "__set__"):
             unsupported(f"assigning data descriptor {name!r} of {self.cls.__qualname__}")
@@ -523,6 +641,18 @@ class SuperVariable(Variable):
                 value = klass.__dict__[name]
                 if klass is object and name == "__init__":
                     return NoOpVariable()
+                if klass is dict and isinstance(self.self_var, UserObjectVariable):
+                    from .dict_storage import dict_storage_method
+
+                    return dict_storage_method(self.self_var, name)
+                if isinstance(self.self_var, NewObjectVariable) and self.self_var.storage is not None \
+                        and klass in DICT_STORAGE_BASES:
+                    from .dict_storage import StorageMethodVariable
+
+                    return StorageMethodVariable(self.self_var, name)
+                if klass is object and name in ("__setattr__", "__getattribute__") \
+                        and isinstance(self.self_var, (NewObjectVariable, UserObjectVariable)):
+                    return ObjectSlotVariable(self.self_var, name)
                 if isinstance(value, types.FunctionType) and value.__qualname__.startswith("Module.") \
                         and name != "forward":
                     unsupported(f"super().{name}() of nn.Module in compiled code")
@@ -568,6 +698,26 @@ class WeakRefVariable(Variable):
         from ..sources import CallSource
 
         return tx.wrap(self.ref(), CallSource(self.source))
+
+
+class ObjectSlotVariable(Variable):
+    """``object.__setattr__`` / ``object.__getattribute__`` bound to an object
+    (``super().__setattr__(k, v)`` inside a class that overrides it)."""
+
+    def __init__(self, self_var, name: str):
+        self.self_var = self_var
+        self.name = name
+
+    def truthy(self, tx):
+        return True
+
+    def call(self, tx, args, kwargs):
+        if self.name == "__getattribute__":
+            (name,) = args
+            return self.self_var.generic_getattr(tx, name.as_constant())
+        name, value = args
+        self.self_var.store_attribute(name.as_constant(), value, tx)
+        return NONE
 
 
 class NoOpVariable(Variable):

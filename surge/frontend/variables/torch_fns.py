@@ -66,6 +66,18 @@ def _not_scripting(tx, fn, args, kwargs):
     return ConstantVariable(False)
 
 
+@torch_rule(torch.compiler.is_compiling, torch.compiler.is_dynamo_compiling, torch._utils.is_compiling)
+def _is_compiling(tx, fn, args, kwargs):
+    # The code is being compiled, so libraries take their compile-friendly paths, as
+    # under torch.compile. The compiled graph never runs this call again.
+    return ConstantVariable(True)
+
+
+@torch_rule(torch.compiler.is_exporting)
+def _is_exporting(tx, fn, args, kwargs):
+    return ConstantVariable(False)
+
+
 @torch_rule(torch.is_grad_enabled)
 def _is_grad_enabled(tx, fn, args, kwargs):
     return ConstantVariable(tx.grad_enabled)
