@@ -2,6 +2,7 @@
 
     python bench/triton_kernels.py [--rows 32768] [--cols 4096] [--json out.json]
     python bench/triton_kernels.py --compile-times     # cold/warm first-call compile, per process
+    python bench/triton_kernels.py --defaults          # previous vs current default launch configs
 
 For each workload and dtype it checks the result against eager (relative error
 against an fp64 reference), then times surge's kernels, torch.compile
@@ -144,6 +145,69 @@ def run_table(rows, cols):
     return {"copy_GBps": bw, "rows": rows, "cols": cols, "results": results}
 
 
+def previous_default(meta):
+    """The default launch config before kernel cost and grid size were weighed (for comparison)."""
+    from surge.runtime.autotune import next_power_of_2
+    xcap = next_power_of_2(meta["xnumel"])
+    if not meta["reduction"]:
+        return dict(XBLOCK=min(1024, xcap), num_warps=4 if xcap >= 1024 else max(1, min(4, xcap // 128)),
+                    num_stages=1)
+    if not meta["persistent"]:
+        return dict(XBLOCK=1, RBLOCK=2048, num_warps=8, num_stages=1)
+    rblock = next_power_of_2(meta["rnumel"])
+    xblock = max(1, min(xcap, (8192 if rblock >= 4096 else 2048) // rblock))
+    return dict(XBLOCK=xblock, RBLOCK=rblock, num_warps=min(16, max(4, xblock * rblock // 512)), num_stages=1)
+
+
+def compare_defaults(rows, cols):
+    """Each workload with the previous and the current default configs, side by side."""
+    from surge.runtime import autotune
+
+    cache_dir = tempfile.mkdtemp()   # stored choices force the previous defaults: keep them apart
+    os.environ["SURGE_CACHE_DIR"] = cache_dir
+    device = torch.cuda.get_device_name()
+    out = []
+    for name, fn in WORKLOADS.items():
+        for dtype in (torch.float32, torch.bfloat16):
+            args = make_inputs(name, rows, cols, dtype)
+            row = {"workload": name, "dtype": str(dtype).replace("torch.", "")}
+            try:
+                current = surge_compile(fn, args)
+                current(*args)
+                row["current"] = [launch.state["config"] for launch in current.launchers.values()]
+                row["current_ms"] = bench(current, args)
+                keys = []
+                for meta in current.module.KERNELS.values():
+                    keys.append(autotune.tuning_key("", meta, device))
+                    autotune.store_choice(cache_dir, keys[-1], previous_default(meta), [])
+                previous = surge_compile(fn, args)
+                previous(*args)
+                row["previous"] = [launch.state["config"] for launch in previous.launchers.values()]
+                row["previous_ms"] = bench(previous, args)
+                for key in keys:
+                    os.remove(os.path.join(cache_dir, "autotune", f"{key}.json"))
+                inductor = torch.compile(fn)
+                inductor(*args)
+                row["inductor_ms"] = bench(inductor, args)
+            except Exception as error:  # report and continue with the next workload
+                row["error"] = f"{type(error).__name__}: {error}"[:300]
+            out.append(row)
+            print(json.dumps(row), flush=True)
+
+    def short(configs):
+        return " ".join(f"{c.get('XBLOCK')}x{c.get('RBLOCK', '')}/{c['num_warps']}w" for c in configs)
+    print(f"\n{'workload':18} {'dtype':9} {'previous':>16} {'ms':>7} {'current':>16} {'ms':>7} "
+          f"{'speedup':>7} {'ind ms':>7}")
+    for r in out:
+        if "error" in r:
+            print(f"{r['workload']:18} {r['dtype']:9} ERROR {r['error'][:80]}")
+            continue
+        print(f"{r['workload']:18} {r['dtype']:9} {short(r['previous']):>16} {r['previous_ms']:7.3f} "
+              f"{short(r['current']):>16} {r['current_ms']:7.3f} {r['previous_ms'] / r['current_ms']:7.2f} "
+              f"{r['inductor_ms']:7.3f}")
+    return out
+
+
 def compile_time_child(name, backend, rows, cols):
     """First call of torch.compile(fn, backend=...) in this process, in seconds."""
     fn = WORKLOADS[name]
@@ -194,6 +258,7 @@ def main():
     parser.add_argument("--cols", type=int, default=4096)
     parser.add_argument("--json")
     parser.add_argument("--compile-times", action="store_true")
+    parser.add_argument("--defaults", action="store_true", help="previous vs current default configs")
     parser.add_argument("--child", nargs=2)
     parser.add_argument("--autotune", action="store_true", help="time candidate configs (table only)")
     args = parser.parse_args()
@@ -202,7 +267,12 @@ def main():
     if args.child:
         print(f"SECONDS {compile_time_child(*args.child, 1024, 1024):.4f}")
         return
-    result = compile_times(1024, 1024) if args.compile_times else run_table(args.rows, args.cols)
+    if args.defaults:
+        result = compare_defaults(args.rows, args.cols)
+    elif args.compile_times:
+        result = compile_times(1024, 1024)
+    else:
+        result = run_table(args.rows, args.cols)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -1,35 +1,45 @@
 """Compile a generated module's kernels for a GPU target without a GPU.
 
-``triton.compile`` with an ``ASTSource`` and ``GPUTarget("cuda", 90, 32)``
-produces the H100/H200 binary on any machine, so code generation errors
-(types, shapes, unsupported operations) show up in CI where kernels can
-otherwise only run in the interpreter.
+Triton compiles for ``GPUTarget("cuda", 90, 32)`` (H100/H200) on any machine
+(``compile_pool`` runs its JIT under a driver that names the target), so code
+generation errors (types, shapes, unsupported operations) show up in CI where
+kernels can otherwise only run in the interpreter.
 """
 from __future__ import annotations
+
+import os
 
 from .autotune import candidate_configs
 from .code_cache import load_module
 from .triton_mode import interpret_mode
 
 
-def compile_for_target(path: str, arch: int = 90, warp_size: int = 32) -> dict:
-    """{kernel name: compiled kernel} for every kernel of the module at ``path``."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+def compile_for_target(paths, arch: int = 90, warp_size: int = 32) -> dict:
+    """{"<module file>:<kernel>": "ok" or the error} for every kernel of the modules at ``paths``
+    (a module that cannot be loaded: {path: the error}); each distinct kernel is compiled
+    once, in parallel (``compile_pool``), with its default config."""
+    from . import compile_pool
+    from .kernel_files import kernel_folder, no_precompile
 
-    with interpret_mode(False):
-        module = load_module(path)
-    target = GPUTarget("cuda", arch, warp_size)
-    out = {}
-    for name, meta in module.KERNELS.items():
-        config = candidate_configs(meta, interpret=False)[0]
-        consts = {k: v for k, v in config.items() if k in ("XBLOCK", "RBLOCK")}
-        signature = dict(meta["signature"])
-        signature.update({k: "constexpr" for k in consts})
-        src = ASTSource(fn=getattr(module, name), signature=signature, constexprs=consts)
-        out[name] = triton.compile(src, target=target, options={"num_warps": config["num_warps"]})
-    return out
+    target = ("cuda", arch, warp_size)
+    jobs, results = {}, {}
+    for path in paths:
+        try:
+            with interpret_mode(False), no_precompile():
+                module = load_module(path)
+        except Exception as error:  # report every module's failure, keep going
+            results[path] = f"{type(error).__name__}: {error}"
+            continue
+        folder = kernel_folder(path)
+        for name, meta in module.KERNELS.items():
+            job = compile_pool.job_for(os.path.join(folder, meta["file"] + ".py"), meta,
+                                       candidate_configs(meta, interpret=False)[0], target)
+            jobs[f"{os.path.basename(path)}:{name}"] = job
+    distinct = {job.key(): job for job in jobs.values()}
+    compile_pool.start_workers(len(distinct))
+    compile_pool.prepare(list(distinct.values()))
+    results.update({label: distinct[job.key()].error or "ok" for label, job in jobs.items()})
+    return results
 
 
 def compile_in_subprocess(paths, arch: int = 90, timeout: float = 600) -> dict:
@@ -55,16 +65,7 @@ def compile_in_subprocess(paths, arch: int = 90, timeout: float = 600) -> dict:
 
 def _main(argv) -> int:
     import json
-    import os
-    arch, paths = int(argv[0]), argv[1:]
-    results = {}
-    for path in paths:
-        try:
-            for name, kernel in compile_for_target(path, arch).items():
-                results[f"{os.path.basename(path)}:{name}"] = "ok" if kernel.asm.get("cubin") else "no cubin"
-        except Exception as error:  # report every module's failure, keep going
-            results[path] = f"{type(error).__name__}: {error}"
-    print(json.dumps(results))
+    print(json.dumps(compile_for_target(argv[1:], int(argv[0]))))
     return 0
 
 

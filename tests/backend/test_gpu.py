@@ -72,3 +72,23 @@ def test_peak_memory_of_compiled_call_is_not_above_eager():
 
     eager_peak, surge_peak = peak(fn), peak(c)
     assert surge_peak <= eager_peak, (surge_peak, eager_peak)
+
+
+def test_repeat_launches_skip_tritons_binding_and_stay_correct():
+    """After the first launch, kernels launch through the compiled binary directly; a
+    pointer whose 16-byte alignment differs from the first call goes back through Triton."""
+    fn = lambda x, y: torch.sigmoid(x) * y + 1  # noqa: E731
+    x, y = _rand(1000, 256), _rand(1000, 256)
+    c = compile_fn(fn, x, y)
+    (launch,) = c.launchers.values()
+    c(x, y)
+    direct = launch.state.get("direct")
+    assert direct is not None, "this Triton's launch interface was not recognised"
+    for _ in range(3):
+        fresh = (_rand(1000, 256), _rand(1000, 256))
+        torch.testing.assert_close(c(*fresh)[0] if isinstance(c(*fresh), (list, tuple)) else c(*fresh),
+                                   fn(*fresh))
+        assert direct(fresh) is True
+    base = _rand(1000 * 256 + 1)
+    shifted = base[1:].view(1000, 256)  # 4 bytes past an aligned start
+    assert direct((shifted, y)) is False

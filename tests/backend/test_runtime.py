@@ -53,7 +53,7 @@ def test_debug_dir_and_output_code_log(tmp_path, monkeypatch, capfd):
 
 def test_generated_module_is_readable():
     c = compile_fn(lambda x, y: torch.nn.functional.gelu(x + y), randn(4, 4), randn(4))
-    assert "def triton_fused_add_gelu_0(" in c.source
+    assert "def triton_fused_add_gelu(" in c.source and "triton_fused_add_gelu_0 = kernels[" in c.source
     assert "def call(args):" in c.source and "empty_strided(" in c.source
     # a broadcast bias keeps two loop dims; a plain contiguous read merges to one
     assert "x0 = (xindex // 4)" in c.source and "x1 = xindex % 4" in c.source

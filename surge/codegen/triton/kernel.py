@@ -17,7 +17,7 @@ import torch
 from ...lowering.values import Constant, IndexValue, Load, Masked, Op
 from ...runtime.triton_mode import interpreting
 from ..common import KernelPlan, format_index
-from .ops import OP_RULES, POINTER_TYPES, cast_expr, compute_dtype, literal, triton_dtype
+from .ops import COSTLY_OPS, OP_RULES, POINTER_TYPES, cast_expr, compute_dtype, literal, triton_dtype
 
 INT32_LIMIT = 2**31 - 1
 
@@ -79,6 +79,7 @@ class KernelSource:
     xnumel: int
     rnumel: int
     index_bits: int
+    costly_ops: int = 0         # transcendental ops per element (launch configs weigh compute)
 
 
 class Scope:
@@ -106,6 +107,7 @@ class TritonKernelWriter:
         self.reduced: dict[str, Emitted] = {}
         self.r_dependence: dict[int, bool] = {}
         self.counter = 0
+        self.costly_ops = 0
         self.body: list[str] = []
 
     def _needs_int64(self) -> bool:
@@ -211,6 +213,7 @@ class TritonKernelWriter:
                                       dtype=v.children[0].dtype if v.op != "where" else v.dtype)
             if scalar:
                 return Emitted(expr, v.dtype, False, True)
+            self.costly_ops += v.op in COSTLY_OPS
             return Emitted(self.assign(scope, expr), v.dtype, uses_r, False)
         if isinstance(v, Masked):
             cond = self.emit(scope, v.mask, masks)
@@ -477,7 +480,8 @@ class TritonKernelWriter:
         head = f"def {self.name}({', '.join(params + sizes + consts)}):"
         lines = ["@triton.jit", head] + ["    " + line for line in top.lines]
         return KernelSource(self.name, "\n".join(lines) + "\n", list(self.helpers), all_params,
-                            self.reduction, self.persistent, self.xnumel, self.rnumel, self.index_bits)
+                            self.reduction, self.persistent, self.xnumel, self.rnumel, self.index_bits,
+                            self.costly_ops)
 
 
 def next_power_of_2(n: int) -> int:

@@ -198,6 +198,12 @@ def _where(c, a, b, dtype):
     return f"tl.where({c}, {a}, {b})"
 
 
+# Ops that run as many instructions (special-function units, libdevice series): a
+# pointwise kernel with many of them is compute-bound, which its launch config weighs.
+COSTLY_OPS = frozenset(["exp", "log", "sin", "cos", "erf", "exp2", "log2", "sigmoid", "pow", "atan2", "hypot",
+                        "fmod", *_LIBDEVICE_UNARY])
+
+
 def cast_expr(value: str, src: torch.dtype, dst: torch.dtype) -> str:
     """Convert between logical dtypes, rounding through fp16/bf16 as eager would."""
     if dst == torch.bool:

@@ -1,0 +1,326 @@
+"""Compile kernels in parallel before their first launch.
+
+Triton compiles a kernel when it is first launched, in the calling process, one
+after another, so a model's cold first call waits for every kernel in turn.
+Compiling holds the GIL for most of its time (two threads compiling sm_90
+kernels took longer than one), so the pool uses worker processes, as other
+compilers do: started when a fresh graph's kernels are generated
+(``start_workers``), reused for the life of the process, at most one fewer than
+the CPUs because the calling thread compiles too, and one per three kernels
+(a worker takes as long to start as a few compiles). A worker runs
+``python -m surge.runtime.compile_pool`` (nothing of the user's program is
+imported there) and talks pickles over its stdin and stdout.
+
+A job is what a kernel's first launch will compile: a kernel file's function,
+its pointer dtypes, sizes and launch config. The worker runs Triton's own
+``warmup`` of that function with those arguments under a stand-in driver that
+names the target GPU without using it, so Triton derives the same
+specialization, options and cache key as the real launch and leaves the binary
+in its on-disk cache, where the launch finds it. The calling thread takes jobs
+from the same queue and compiles them in process, so a batch is never slower
+than compiling serially; with no workers (none could start,
+``SURGE_COMPILE_WORKERS=0``, one CPU) it is exactly that. A job that fails is
+left to its launch, which compiles it and reports any error as before.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import os
+import pickle
+import queue
+import subprocess
+import sys
+import threading
+import time
+
+from .. import logs
+
+JOB_TIMEOUT_S = 600.0
+JOBS_PER_WORKER = 3
+
+
+def pool_size() -> int:
+    """Worker processes at most: ``SURGE_COMPILE_WORKERS``, else one fewer than the CPUs."""
+    configured = os.environ.get("SURGE_COMPILE_WORKERS", "")
+    if configured.strip():
+        return max(0, int(configured))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(0, min(cpus, 32) - 1)
+
+
+@dataclasses.dataclass
+class KernelJob:
+    path: str                 # the kernel file
+    function: str
+    arg_dtypes: tuple         # torch dtype names of the pointer arguments, in order
+    sizes: tuple              # xnumel (, rnumel)
+    config: dict              # XBLOCK (, RBLOCK), num_warps, num_stages
+    target: tuple | None = None   # ("cuda", arch, warp size); None: this process's GPU
+    worker_target: tuple | None = None   # ``target``, or this process's GPU's named for a worker
+    error: str | None = None
+    seconds: float = 0.0
+    where: str = ""           # "process" or "worker"
+    done: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
+
+    def key(self) -> tuple:
+        """Jobs with equal keys compile the same binary: Triton specializes an integer
+        argument only on being 1, a multiple of 16 or past 32 bits, not on its value."""
+        sizes = tuple((s == 1, s % 16 == 0, s >= 2**31) for s in self.sizes)
+        return (os.path.basename(self.path), self.function, self.arg_dtypes, sizes,
+                tuple(sorted(self.config.items())), self.target)
+
+    def message(self, for_worker: bool = False) -> dict:
+        """What ``compile_job`` needs; a worker never touches the GPU, so it gets the target by name."""
+        return dict(path=self.path, function=self.function, arg_dtypes=self.arg_dtypes, sizes=self.sizes,
+                    config=self.config, target=(self.worker_target or self.target) if for_worker else self.target)
+
+    def finish(self, error, seconds: float, where: str) -> None:
+        """The first to finish a job (a worker, or the calling thread doing it too) reports it."""
+        with _FINISH_LOCK:
+            if self.done.is_set():
+                return
+            self.error, self.seconds, self.where = error, seconds, where
+            self.done.set()
+
+
+_FINISH_LOCK = threading.Lock()
+
+
+def job_for(path: str, meta: dict, config: dict, target=None) -> KernelJob:
+    """The job of one call site of a generated module (``KERNELS`` entry ``meta``)."""
+    from ..codegen.triton.ops import POINTER_TYPES
+
+    dtype_of = {ptr: str(dtype).replace("torch.", "") for dtype, ptr in POINTER_TYPES.items()}
+    arg_dtypes = tuple(dtype_of[t] for t in meta["signature"].values() if t.startswith("*"))
+    sizes = (meta["xnumel"], meta["rnumel"]) if meta["reduction"] else (meta["xnumel"],)
+    return KernelJob(path, meta["function"], arg_dtypes, sizes, dict(config), target)
+
+
+# ---------------------------------------------------------------- compiling one job
+
+class _TargetOnlyDriver:
+    """What ``JITFunction.warmup`` asks of Triton's driver, answered for a GPU that is not here."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+
+@contextlib.contextmanager
+def target_driver(target):
+    """Triton compiles for ``target`` (``("cuda", 90, 32)``) inside; ``None``: the real GPU.
+    Only for processes that compile and never launch: kernels compiled inside are cached
+    in process under device 0."""
+    if target is None:
+        yield
+        return
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+
+    previous = getattr(driver, "_active", None)
+    driver.set_active(_TargetOnlyDriver(GPUTarget(*target)))
+    try:
+        yield
+    finally:
+        driver.set_active(previous)
+
+
+def compile_job(message: dict):
+    """Compile one job in this process; returns Triton's compiled kernel."""
+    import torch
+
+    from .kernel_files import import_kernel_file
+
+    path = message["path"]
+    module = import_kernel_file(path, os.path.basename(path)[:-3])
+    function = getattr(module, message["function"])
+    args = [getattr(torch, d) for d in message["arg_dtypes"]] + list(message["sizes"])
+    with target_driver(message["target"]):
+        return function.warmup(*args, grid=(1,), **message["config"])
+
+
+# ---------------------------------------------------------------- workers
+
+class _Worker:
+    def __init__(self):
+        import surge
+
+        env = dict(os.environ, TRITON_INTERPRET="0")
+        root = os.path.dirname(os.path.dirname(os.path.abspath(surge.__file__)))
+        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
+        cache_dir = _triton_cache_dir()
+        if cache_dir:
+            env["TRITON_CACHE_DIR"] = cache_dir
+        self.proc = subprocess.Popen([sys.executable, "-m", "surge.runtime.compile_pool"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+
+    def ready(self) -> bool:
+        try:
+            return pickle.load(self.proc.stdout) == "ready"
+        except Exception:  # it could not start (an import failed): the pool does without it
+            self.close()
+            return False
+
+    def run(self, job: KernelJob) -> tuple:
+        pickle.dump(job.message(for_worker=True), self.proc.stdin)
+        self.proc.stdin.flush()
+        return pickle.load(self.proc.stdout)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+
+
+def _current_target() -> tuple:
+    from triton.runtime.driver import driver
+
+    target = driver.active.get_current_target()
+    return (target.backend, target.arch, target.warp_size)
+
+
+def _triton_cache_dir() -> str | None:
+    try:
+        from triton import knobs
+        return knobs.cache.dir
+    except (ImportError, AttributeError):
+        return None
+
+
+class CompilePool:
+    def __init__(self):
+        self.jobs: queue.Queue = queue.Queue()
+        self.workers: list = []
+        self.lock = threading.Lock()
+        self.done_keys: set = set()
+        self.totals = dict(jobs=0, in_process=0, in_workers=0, failed=0, batches=0)
+
+    def start_workers(self, jobs: int) -> None:
+        """Start workers for a batch of ``jobs`` kernels coming (without waiting for them):
+        one per ``JOBS_PER_WORKER`` jobs, within ``pool_size``. A worker takes as long to
+        start as a few compiles (it imports torch and Triton), so small batches get none."""
+        with self.lock:
+            wanted = min(jobs // JOBS_PER_WORKER, pool_size())
+            while len(self.workers) < wanted:
+                try:
+                    worker = _Worker()
+                except OSError as error:
+                    logs.log("perf", f"no kernel compile worker: {error}")
+                    return
+                self.workers.append(worker)
+                threading.Thread(target=self._serve, args=(worker,), daemon=True).start()
+
+    def _serve(self, worker: _Worker) -> None:
+        if not worker.ready():
+            return
+        while True:
+            job = self.jobs.get()
+            try:
+                error, seconds = worker.run(job)
+            except Exception as failure:  # the worker died: its job compiles at launch
+                job.finish(f"worker exited: {type(failure).__name__}", 0.0, "worker")
+                worker.close()
+                return
+            job.finish(error, seconds, "worker")
+
+    def prepare(self, jobs: list) -> list:
+        """Compile ``jobs`` not compiled by this process before; returns those it ran."""
+        fresh, seen = [], set()
+        for job in jobs:
+            key = job.key()
+            if key not in self.done_keys and key not in seen:
+                seen.add(key)
+                fresh.append(job)
+        if not fresh:
+            return []
+        start = time.perf_counter()
+        device_target = _current_target() if self.workers and any(j.target is None for j in fresh) else None
+        for job in fresh:
+            job.worker_target = job.target or device_target
+            self.jobs.put(job)
+        while True:   # the calling thread compiles too, from the same queue
+            try:
+                self._compile_here(self.jobs.get_nowait())
+            except queue.Empty:
+                break
+        for job in fresh:
+            # A worker still busy with a job at the end (or one that started late): compile it
+            # here too rather than wait idle; whichever finishes first counts.
+            if not job.done.wait(0.05):
+                self._compile_here(job)
+            if not job.done.wait(JOB_TIMEOUT_S):
+                job.finish("timed out", JOB_TIMEOUT_S, "worker")
+        self._account(fresh, time.perf_counter() - start)
+        return fresh
+
+    @staticmethod
+    def _compile_here(job: KernelJob) -> None:
+        start = time.perf_counter()
+        try:
+            compile_job(job.message())
+            job.finish(None, time.perf_counter() - start, "process")
+        except Exception as error:
+            job.finish(f"{type(error).__name__}: {error}", time.perf_counter() - start, "process")
+
+    def _account(self, jobs: list, seconds: float) -> None:
+        failed = [j for j in jobs if j.error]
+        self.done_keys.update(j.key() for j in jobs if not j.error)
+        in_workers = sum(1 for j in jobs if j.where == "worker")
+        for k, v in (("jobs", len(jobs)), ("in_process", len(jobs) - in_workers), ("in_workers", in_workers),
+                     ("failed", len(failed)), ("batches", 1)):
+            self.totals[k] += v
+        logs.log("perf", f"compiled {len(jobs)} kernels in {seconds:.2f} s ({in_workers} in "
+                         f"{len(self.workers)} workers, {len(jobs) - in_workers} in process)"
+                 + "".join(f"; {os.path.basename(j.path)}:{j.function} left to its launch: {j.error}"
+                           for j in failed))
+
+    def shutdown(self) -> None:
+        for worker in self.workers:
+            worker.close()
+
+
+POOL = CompilePool()
+atexit.register(POOL.shutdown)
+start_workers = POOL.start_workers
+prepare = POOL.prepare
+
+
+# ---------------------------------------------------------------- the worker process
+
+def _worker_main() -> int:
+    protocol = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)   # whatever compiling prints must not reach the protocol stream
+    import torch  # noqa: F401  (dtypes of the jobs' arguments)
+    import triton  # noqa: F401
+
+    pickle.dump("ready", protocol)
+    protocol.flush()
+    requests = sys.stdin.buffer
+    while True:
+        try:
+            message = pickle.load(requests)
+        except EOFError:
+            return 0
+        start = time.perf_counter()
+        try:
+            if message["target"] is None:
+                raise RuntimeError("a worker compiles for a named target only")
+            kernel = compile_job(message)
+            error = None if kernel is not None else "nothing compiled"
+        except Exception as failure:
+            error = f"{type(failure).__name__}: {failure}"
+        pickle.dump((error, time.perf_counter() - start), protocol)
+        protocol.flush()
+
+
+if __name__ == "__main__":
+    raise SystemExit(_worker_main())

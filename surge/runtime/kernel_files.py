@@ -1,0 +1,94 @@
+"""Kernel files: each distinct generated kernel stored once and imported once per process.
+
+A generated module embeds its kernels as file texts (``KERNEL_FILES``: hash of
+the text -> text) and describes each call site in ``KERNELS`` (which file and
+function, sizes, signature). ``load_kernels`` writes every text to
+``<cache_dir>/kernels/<hash>.py`` unless it is there, imports it once per
+process and binds each call-site name to its function. Triton keys its
+in-process and on-disk caches by a function's source text and its line in the
+file, so equal kernels from any layer or graph are one ``JITFunction`` and one
+binary. When kernels run on a GPU, the ones this process has not compiled yet are
+compiled right away, in parallel (``compile_pool``), instead of one by one at
+their first launches.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+
+from .. import logs
+from .code_cache import write_module
+from .triton_mode import interpreting
+
+_MODULES: dict = {}          # (file hash, interpreting) -> the imported kernel file
+_PRECOMPILE = {"enabled": True}
+
+
+def kernel_folder(module_file: str) -> str:
+    """``<cache_dir>/kernels`` for a module stored as ``<cache_dir>/graphs/<key>.py``."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(module_file))), "kernels")
+
+
+def _holds(path: str, text: str) -> bool:
+    try:
+        with open(path) as f:
+            return f.read() == text
+    except OSError:
+        return False
+
+
+def import_kernel_file(path: str, key: str):
+    """The module of the kernel file ``path`` (named by its hash ``key``), imported once per
+    process and interpreter mode (Triton fixes interpreted-or-compiled at decoration)."""
+    found = _MODULES.get((key, interpreting()))
+    if found is None:
+        spec = importlib.util.spec_from_file_location(f"surge_kernel_{key}", path)
+        found = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(found)
+        _MODULES[(key, interpreting())] = found
+    return found
+
+
+def load_kernels(files: dict, kernels: dict, module_file: str) -> dict:
+    """{call-site name: kernel function} for a generated module (see the module docstring)."""
+    folder = kernel_folder(module_file)
+    paths = {}
+    for key, text in files.items():
+        paths[key] = os.path.join(folder, f"{key}.py")
+        if not _holds(paths[key], text):
+            write_module(paths[key], text)
+    functions = {name: getattr(import_kernel_file(paths[meta["file"]], meta["file"]), meta["function"])
+                 for name, meta in kernels.items()}
+    if _PRECOMPILE["enabled"] and not interpreting():
+        _precompile(kernels, paths, os.path.dirname(folder))
+    return functions
+
+
+def _precompile(kernels: dict, paths: dict, cache_dir: str) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return
+    from . import compile_pool
+    from .autotune import launch_config
+    try:
+        device_name = torch.cuda.get_device_name()
+        jobs = [compile_pool.job_for(paths[meta["file"]], meta, launch_config(meta, cache_dir, device_name))
+                for meta in kernels.values()]
+        compile_pool.prepare(jobs)
+    except Exception as error:  # never fatal: each kernel still compiles at its first launch
+        logs.log("perf", f"compiling kernels ahead of launch failed, they compile at launch: "
+                         f"{type(error).__name__}: {error}")
+
+
+@contextlib.contextmanager
+def no_precompile():
+    """Load modules without compiling their kernels for this process's GPU (a caller that
+    compiles them for another target)."""
+    old = _PRECOMPILE["enabled"]
+    _PRECOMPILE["enabled"] = False
+    try:
+        yield
+    finally:
+        _PRECOMPILE["enabled"] = old

@@ -1,0 +1,132 @@
+"""Kernels compiled ahead of their launch, in worker processes, into Triton's on-disk cache.
+
+Compiling for sm_90 needs Triton with its interpreter off, which a process that
+interprets kernels cannot switch to, so each check runs in a fresh process.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from .helpers import compile_fn, randn
+from .structure_programs import layer_norm_gelu, pointwise_chain, softmax
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_dir(tmp_path, monkeypatch):
+    """Modules of this file's programs stay out of the session's cache (other tests
+    compile some of the same programs and expect a fresh compile)."""
+    monkeypatch.setenv("SURGE_CACHE_DIR", str(tmp_path / "surge_cache"))
+
+
+PROGRAM = textwrap.dedent("""
+    import json, os, sys, time
+    from surge.runtime import compile_pool
+    from surge.runtime.autotune import candidate_configs
+    from surge.runtime.code_cache import load_module
+    from surge.runtime.kernel_files import kernel_folder, no_precompile
+
+    def jobs_of(paths):
+        jobs = []
+        for path in paths:
+            with no_precompile():
+                module = load_module(path)
+            for meta in module.KERNELS.values():
+                jobs.append(compile_pool.job_for(os.path.join(kernel_folder(path), meta["file"] + ".py"), meta,
+                                                 candidate_configs(meta, interpret=False)[0], ("cuda", 90, 32)))
+        return jobs
+
+    def cache_entries():
+        root = os.environ["TRITON_CACHE_DIR"]
+        return sorted(os.listdir(root)) if os.path.isdir(root) else []
+
+    mode, paths = sys.argv[1], sys.argv[2:]
+    jobs = jobs_of(paths)
+    out = {"call_sites": len(jobs), "distinct": len({j.key() for j in jobs})}
+    if mode == "worker":
+        # one worker, driven directly: it compiles a job into the on-disk cache, reports a
+        # broken job without dying, and the calling process then finds the binary there
+        worker = compile_pool._Worker()
+        out["ready"] = worker.ready()
+        out["worker"] = worker.run(jobs[0])[0]
+        bad = compile_pool.KernelJob(jobs[0].path, "no_such_kernel", (), (1,), {}, ("cuda", 90, 32))
+        out["bad"] = worker.run(bad)[0]
+        out["after_bad"] = worker.run(jobs[1])[0]
+        # a job for this process's GPU (target None): the worker gets the GPU's target by name
+        from triton.backends.compiler import GPUTarget
+        from triton.runtime.driver import driver
+        driver.set_active(compile_pool._TargetOnlyDriver(GPUTarget("cuda", 90, 32)))  # stands for the GPU
+        mine = jobs[2]
+        device_job = compile_pool.KernelJob(mine.path, mine.function, mine.arg_dtypes, mine.sizes, mine.config)
+        device_job.worker_target = compile_pool._current_target()
+        out["device_job"] = [device_job.message(for_worker=True)["target"], worker.run(device_job)[0]]
+        driver.set_active(None)
+        worker.close()
+        before = cache_entries()
+        kernel = compile_pool.compile_job(jobs[0].message())
+        out["new_entries"] = len(cache_entries()) - len(before)
+        # a launch passes tensors, not dtypes: the same specialization finds the same kernel
+        import torch
+        from surge.runtime.kernel_files import import_kernel_file
+        job = jobs[0]
+        fn = getattr(import_kernel_file(job.path, os.path.basename(job.path)[:-3]), job.function)
+        tensors = [torch.empty(64, dtype=getattr(torch, d)) for d in job.arg_dtypes]
+        with compile_pool.target_driver(job.target):
+            out["same_kernel"] = fn.warmup(*tensors, *job.sizes, grid=(1,), **job.config) is kernel
+    elif mode == "pool":
+        compile_pool.start_workers(len(jobs))
+        ran = compile_pool.prepare(jobs)
+        out["ran"] = len(ran)
+        out["workers"] = len(compile_pool.POOL.workers)
+        out["errors"] = [j.error for j in ran if j.error]
+        out["again"] = len(compile_pool.prepare(jobs_of(paths)))
+        out["entries"] = len(cache_entries())
+        # workers that cannot start: the calling process compiles everything itself
+        broken = compile_pool.CompilePool()
+        compile_pool.sys.executable = "/bin/false"
+        broken.start_workers(len(jobs))
+        fallback = broken.prepare(jobs_of(paths))
+        out["fallback"] = [len(fallback), sum(j.where == "process" for j in fallback),
+                           [j.error for j in fallback if j.error]]
+    print(json.dumps(out))
+""")
+
+
+def _modules(tmp_path):
+    """Generated modules with a repeated kernel (the sm_90 compile loads them itself)."""
+    paths = []
+    for fn, args in ((layer_norm_gelu, (randn(6, 48), randn(48), randn(48))),
+                     (softmax, (randn(5, 37),)), (pointwise_chain, (randn(7, 9), randn(9))),
+                     (layer_norm_gelu, (randn(7, 48), randn(48), randn(48)))):   # same kernel, other graph
+        paths.append(compile_fn(fn, *args).path)
+    return paths
+
+
+def _run(tmp_path, mode, paths, **env):
+    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(tmp_path / "triton"), **env)
+    proc = subprocess.run([sys.executable, "-c", PROGRAM, mode, *paths], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_worker_compiles_into_the_disk_cache_the_launch_reads(tmp_path):
+    out = _run(tmp_path, "worker", _modules(tmp_path)[:3])
+    assert out["ready"] and out["worker"] is None and out["after_bad"] is None
+    assert out["device_job"] == [["cuda", 90, 32], None]
+    assert "no_such_kernel" in out["bad"]
+    assert out["new_entries"] == 0, "the calling process found the worker's binary"
+    assert out["same_kernel"]
+
+
+def test_pool_compiles_each_distinct_kernel_once(tmp_path):
+    paths = _modules(tmp_path)
+    out = _run(tmp_path, "pool", paths, SURGE_COMPILE_WORKERS="1")
+    assert out["call_sites"] == 4 and out["distinct"] == 3   # the repeated LayerNorm+GELU is one
+    assert out["ran"] == 3 and out["errors"] == [] and out["workers"] == 1
+    assert out["again"] == 0, "a kernel compiled once in a process is not compiled again"
+    assert out["entries"] >= 3
+    assert out["fallback"] == [3, 3, []]
