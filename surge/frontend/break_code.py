@@ -25,17 +25,25 @@ from bytecode import CellVar, FreeVar, Instr, Label
 
 from .. import logs
 from .codegen_bytecode.analysis import call_start, code_facts, live_locals, pops, stack_depths
-from .codegen_bytecode.assembler import (Body, BytecodeError, assemble, call, dump, forward_jump_name,
+from .codegen_bytecode.assembler import (PY312, Body, BytecodeError, assemble, call, dump, forward_jump_name,
                                          load_attr, load_local_checked, make_function)
 from .codegen_bytecode.layout import FrameLayout, Slot
 from .resume import ResumeCode, check_layout, reentry_prologue, resume_code, user_location, user_name
 
 # Instructions that may end a break region: everything whose successors are
 # the next instruction and/or one jump target. Loops' FOR_ITER and the
-# exception machinery are left to the user's code around the region.
-_NOT_IN_REGION = {"FOR_ITER", "SEND", "RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE",
-                  "BEFORE_WITH", "PUSH_EXC_INFO", "POP_EXCEPT", "WITH_EXCEPT_START",
+# exception machinery are left to the user's code around the region. (A
+# BEFORE_WITH may be the region: CPython enters a context capture cannot model,
+# and the resume function gets its bound __exit__ as a plain stack value.)
+_NOT_IN_REGION = {"FOR_ITER", "SEND", "RETURN_VALUE", "RETURN_CONST", "RERAISE",
+                  "PUSH_EXC_INFO", "POP_EXCEPT", "WITH_EXCEPT_START",
                   "PUSH_NULL", "LOAD_METHOD", "LOAD_SUPER_ATTR", "YIELD_VALUE", "RETURN_GENERATOR"}
+
+
+def _pushes_null(ins) -> bool:
+    """LOAD_GLOBAL's low bit (and 3.12 LOAD_ATTR's, the method form) pushes a NULL: exits
+    of a region hold plain values only."""
+    return (ins.opname == "LOAD_GLOBAL" or ins.opname == "LOAD_ATTR" and PY312) and bool(ins.arg & 1)
 
 
 def _discard_null():
@@ -85,7 +93,7 @@ def break_code(code: types.CodeType, offset: int, layout: FrameLayout, *, count:
     region = facts.instructions[first:last + 1]
     where = user_location(code, offset)
     for ins in region:
-        if ins.opname in _NOT_IN_REGION or (ins.opname in ("LOAD_GLOBAL", "LOAD_ATTR") and ins.arg & 1):
+        if ins.opname in _NOT_IN_REGION or _pushes_null(ins):
             raise BytecodeError(f"cannot hand {ins.opname} at offset {ins.offset} to CPython in a graph break ({where})")
 
     stored = tuple(dict.fromkeys(ins.argval for ins in region if ins.opname == "STORE_FAST"
@@ -135,9 +143,9 @@ def _exits(code, facts, region, stack: tuple[Slot, ...]):
             target = facts.instructions[succ].offset
             if target not in inside and target not in found:
                 found[target] = stack[:lowest] + (Slot.VALUE,) * (depths[target] - lowest)
-    if not found:
+    if not found and region[-1].opname != "RAISE_VARARGS":
         raise BytecodeError(f"the break region at {user_location(code, region[0].offset)} never continues")
-    return list(found.items())
+    return list(found.items())  # none after a `raise`: the user's handlers (or the caller) take over
 
 
 def _redirect(body: Body, facts, region, exit_offset: int, label: Label) -> None:

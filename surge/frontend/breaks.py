@@ -4,8 +4,9 @@ When capture of a root frame (a compiled function, or a resume function) meets
 something it cannot put in a graph, ``capture.py`` traces the frame again and
 stops right before the root-frame instruction that failed: the instruction
 itself (``print(...)``, ``x.item()``, a branch on a tensor), or, when the
-failure happened inside an inlined call, the CALL of that function, which then
-runs as a whole in CPython. A second trace (rather than rolling the first one
+failure happened inside an inlined call, the CALL of that function, which
+CPython then makes through the callee's compiled stand-in (``compiled_callees.py``:
+the callee is captured on its own and split at its own break). A second trace (rather than rolling the first one
 back) guarantees that nothing the failed instruction began to record — graph
 nodes, side effects, guards — leaks into the prefix.
 
@@ -20,51 +21,48 @@ are captured, guarded and cached like any compiled function.
 """
 from __future__ import annotations
 
-import dis
+import inspect
 import types
 
 import torch
 
 from ..errors import Unsupported
 from .break_code import break_code
-from .codegen import MISS
+from .compiled_callees import CompiledCallees
 from .codegen_bytecode.analysis import call_start, live_locals
 from .codegen_bytecode.assembler import BytecodeError
 from .codegen_bytecode.layout import FrameLayout, Slot
 from .interpreter.frame import LazyInput
 from .reconstruct import ReturnCodegen, collect_tensor_outputs
+from .sources import ClosureSource, RootFunctionSource
 from .variables.base import NULL
 from .variables.containers import DictVariable, IteratorVariable, ListVariable, SetVariable
-from .variables.contexts import GradModeContextVariable, BoundContextMethod
+from .variables.contexts import BoundContextMethod, GeneratorContextVariable, GradModeContextVariable
 from .variables.functions import (
-    GeneratorVariable, NestedFunctionVariable, OpaqueCallableVariable, OpaqueMethodVariable, TensorMethodVariable,
-    UserFunctionVariable, UserMethodVariable,
+    CellVariable, GeneratorVariable, NestedFunctionVariable, OpaqueCallableVariable, OpaqueMethodVariable,
+    TensorMethodVariable, UserFunctionVariable, UserMethodVariable,
 )
-from .variables.objects import NewObjectVariable
-
-
-class _Unbound:
-    """Stands for a cell variable that has no value yet at the break."""
-
-    def __repr__(self):
-        return "UNBOUND"
-
-
-UNBOUND = _Unbound()
+from .variables.objects import ExceptionVariable, NewObjectVariable
 
 
 class BreakState:
     """The root frame's state at the break: stack values, live locals and cell contents."""
 
-    def __init__(self, frame, offset: int):
+    def __init__(self, frame, offset: int, callees=None):
         code = frame.code
         self.code = code
         self.offset = offset
         start = call_start(code, offset)
-        if in_inlined_comprehension(code, offset):
-            raise Unsupported("graph break inside a comprehension inlined into its function (not supported yet)")
         slots, values = [], []
-        for var in frame.stack:
+        callee = _callee_depth(frame.instructions[frame.ip]) if callees is not None else None
+        stack = list(frame.stack)
+        if callee is not None and len(stack) > callee:
+            # CPython calls the callee's compiled stand-in: a break inside it splits it there.
+            # ([NULL, callable, args...], or [callable, self, args...] as a comprehension's call.)
+            if stack[-callee - 1] is not NULL:
+                callee += 1
+            stack[-callee] = CalleeStandIn(stack[-callee], callees)
+        for var in stack:
             if var is NULL:
                 slots.append(Slot.NULL)
             elif isinstance(var, BoundContextMethod) and var.which == "exit":
@@ -78,11 +76,11 @@ class BreakState:
         names = tuple(name for name in live_locals(code, start) if frame.locals.get(name) is not None)
         values += [frame.locals[name] for name in names]
         self.layout = FrameLayout(tuple(slots), names)
-        # Cell variables of the root code get new cells holding their current contents.
+        # Cell variables of the root code get new cells holding their current contents
+        # (made once: closures rebuilt for the break share them).
         self.cellvars = code.co_cellvars
         for name in self.cellvars:
-            cell = frame.cells.get(name)
-            values.append(cell.contents() if cell is not None else None)
+            values.append(frame.cells.get(name) or CellVariable())
         self.values = values
         self.parameter_count = len(values) - len(self.cellvars)
 
@@ -91,28 +89,36 @@ class BreakState:
             _collect(value, outputs, seen)
 
 
-# What the handler of a comprehension inlined by Python 3.12 does: drop the list,
-# restore the saved loop variable, re-raise.
-_COMPREHENSION_HANDLER = ("SWAP", "POP_TOP", "SWAP", "STORE_FAST", "RERAISE")
+def _callee_depth(instruction) -> int | None:
+    """How deep below the top of the stack a call instruction finds its callable."""
+    if instruction.opname == "CALL":
+        return instruction.arg + 1
+    if instruction.opname == "CALL_FUNCTION_EX":
+        return 2 + (instruction.arg & 1)
+    return None
 
 
-def in_inlined_comprehension(code, offset: int) -> bool:
-    """Whether ``offset`` is in the body of a comprehension inlined into ``code`` (3.12):
-    its stack holds the saved loop variable, which generated code cannot rebuild yet."""
-    instructions = list(dis.get_instructions(code))
-    index = {ins.offset: n for n, ins in enumerate(instructions)}
-    for entry in dis.Bytecode(code).exception_entries:
-        if not entry.start <= offset < entry.end:
-            continue
-        first = index[entry.target]
-        names = tuple(ins.opname for ins in instructions[first:first + len(_COMPREHENSION_HANDLER)])
-        if names == _COMPREHENSION_HANDLER:
-            return True
-    return False
+class CalleeStandIn:
+    """The callable of the CALL at a break, passed to CPython as its compiled stand-in."""
+
+    def __init__(self, callee, callees):
+        self.callee = callee
+        self.callees = callees
 
 
 def _collect(value, outputs, seen) -> None:
-    if isinstance(value, IteratorVariable) and not isinstance(value, GeneratorVariable):
+    if ("visited", id(value)) in seen:  # cells and closures may refer to each other
+        return
+    if isinstance(value, CalleeStandIn):
+        _collect(value.callee, outputs, seen)
+    elif isinstance(value, CellVariable):
+        seen.add(("visited", id(value)))
+        _collect(value.contents(), outputs, seen)
+    elif isinstance(value, GeneratorVariable):
+        seen.add(("visited", id(value)))
+        for item in list(value.frame.locals.values()) + list(value.frame.cells.values()):
+            _collect(item, outputs, seen)
+    elif isinstance(value, IteratorVariable):
         for item in value.items[value.position:]:
             _collect(item, outputs, seen)
     elif isinstance(value, TensorMethodVariable):
@@ -120,7 +126,8 @@ def _collect(value, outputs, seen) -> None:
     elif isinstance(value, (OpaqueMethodVariable, UserMethodVariable)):
         _collect(value.self_var, outputs, seen)
     elif isinstance(value, NestedFunctionVariable):
-        for item in value.defaults:
+        seen.add(("visited", id(value)))
+        for item in [*value.defaults, *value.kwdefaults.values(), *value.cells]:
             _collect(item, outputs, seen)
     elif value is not None and not isinstance(value, LazyInput):
         collect_tensor_outputs(value, outputs, seen)
@@ -146,6 +153,7 @@ class BreakStateCodegen(ReturnCodegen):
     def __init__(self, codegen, output_index: dict):
         super().__init__(codegen, output_index)
         self._built: dict[int, str] = {}
+        self._cells: dict[int, str | None] = {}
 
     def expr(self, value) -> str:
         if isinstance(value, _MUTABLE_VARIABLES) and value.source is None:
@@ -157,12 +165,15 @@ class BreakStateCodegen(ReturnCodegen):
         return self._expr(value)
 
     def _expr(self, value) -> str:
-        if value is None:
-            return self.codegen.consts.ref(UNBOUND, "UNBOUND")
+        if isinstance(value, CalleeStandIn):
+            stand_in = self.codegen.consts.ref(value.callees.stand_in, "compiled_stand_in")
+            return f"{stand_in}({self.expr(value.callee)})"
         if isinstance(value, LazyInput):  # an argument the trace never read: passed on as is
             return self.codegen.value_of(value.source)
+        if isinstance(value, CellVariable):
+            return self.cell(value)
         if isinstance(value, GeneratorVariable):
-            raise Unsupported("graph break while a generator is being iterated (not supported yet)")
+            return self.fresh_generator(value)
         if isinstance(value, IteratorVariable):
             # A `for` loop's iterator: a list iterator over the items still to come.
             return "iter([" + ", ".join(self.expr(i) for i in value.items[value.position:]) + "])"
@@ -177,23 +188,82 @@ class BreakStateCodegen(ReturnCodegen):
             return f"{method}({fn}, {self.expr(value.self_var)})"
         if isinstance(value, OpaqueCallableVariable):
             return self.codegen.consts.ref(value.fn, getattr(value.fn, "__name__", "fn"))
-        if isinstance(value, NestedFunctionVariable) and not value.cells and not value.kwdefaults:
-            # A closure-free function made in the trace (a `key=lambda ...`): made again.
-            maker = self.codegen.consts.ref(types.FunctionType, "FunctionType")
-            code = self.codegen.consts.ref(value.code, "code")
-            globals_ = self.codegen.consts.ref(value.f_globals, "f_globals")
+        if isinstance(value, NestedFunctionVariable):
+            # A function made in the trace (a lambda, a closure, a 3.11 comprehension):
+            # made again over the same cells.
             defaults = "(" + "".join(self.expr(d) + ", " for d in value.defaults) + ")"
-            return f"{maker}({code}, {globals_}, {value.code.co_name!r}, {defaults} or None)"
+            kwdefaults = "{" + ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.kwdefaults.items()) + "}"
+            return self._function(value.code, value.f_globals, value.qualname, defaults, kwdefaults, value.cells)
+        if isinstance(value, ExceptionVariable):  # raised or caught in the trace, re-raised by CPython
+            cls = self.codegen.consts.ref(value.exc_type, value.exc_type.__name__)
+            return f"{cls}(" + "".join(self.expr(a) + ", " for a in value.args) + ")"
+        if isinstance(value, GeneratorContextVariable):
+            # Its generator is paused inside the trace: split where the context manager is
+            # made instead, so that CPython makes the real one.
+            error = Unsupported("graph break inside a @contextmanager block")
+            error.retry_at = value.made_at
+            raise error
         if isinstance(value, GradModeContextVariable):
             cls = torch.enable_grad if value.target_mode else torch.no_grad
             return f"{self.codegen.consts.ref(cls, cls.__name__)}()"
         return super().expr(value)
+
+    def _function(self, code, f_globals, qualname, defaults: str, kwdefaults: str, cells: list) -> str:
+        maker = self.codegen.consts.ref(make_closure, "make_closure")
+        cells_text = "(" + "".join(self.cell(c) + ", " for c in cells) + ")"
+        return (f"{maker}({self.codegen.consts.ref(code, 'code')}, {self.codegen.consts.ref(f_globals, 'f_globals')}, "
+                f"{qualname!r}, {defaults}, {kwdefaults}, {cells_text})")
+
+    def cell(self, cell: CellVariable) -> str:
+        """The cell object behind a closure variable: the function's own cell for one read
+        from the inputs, else a new cell made once, so every closure rebuilt over it and
+        the break code share it."""
+        if cell.real_cell is not None:
+            source = cell.source
+            if isinstance(source, ClosureSource) and isinstance(source.parent, RootFunctionSource):
+                return f"fn.__closure__[{source.index}]"
+            return self.codegen.consts.ref(cell.real_cell, "cell")
+        name = self._cells.get(id(cell), "")
+        if name is None:
+            raise Unsupported("graph break with a closure cell that holds itself")
+        if name:
+            return name
+        self._cells[id(cell)] = None  # being built
+        maker = self.codegen.consts.ref(types.CellType, "CellType")
+        contents = cell.contents()
+        made = f"{maker}()" if contents is None else f"{maker}({self.expr(contents)})"
+        name = self._cells[id(cell)] = f"c{len(self._cells)}"
+        return f"({name} := {made})"
+
+    def fresh_generator(self, generator: GeneratorVariable) -> str:
+        """A generator the trace made but has not started, made again in CPython (which
+        runs its body); a generator the trace already advanced cannot be handed over."""
+        frame = generator.frame
+        code = frame.code
+        if frame.ip != 0 or frame.done or frame.paused or code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
+            raise Unsupported("graph break while a generator is being iterated (not supported yet)")
+        function = self._function(code, frame.f_globals, code.co_qualname, "()", "{}",
+                                  [frame.cells[n] for n in code.co_freevars])
+        positional = code.co_varnames[:code.co_argcount]
+        keywords = code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
+        args = [self.expr(frame.locals[n]) for n in positional]
+        args += [f"{n}={self.expr(frame.locals[n])}" for n in keywords]
+        return f"{function}({', '.join(args)})"
 
     def state(self, state: BreakState) -> str:
         return "(" + "".join(self.expr(v) + ", " for v in state.values) + ")"
 
 
 _MUTABLE_VARIABLES = (ListVariable, DictVariable, SetVariable, NewObjectVariable)
+
+
+def make_closure(code, f_globals, qualname, defaults, kwdefaults, cells):
+    """A function like MAKE_FUNCTION makes: code, globals, defaults, closure cells."""
+    fn = types.FunctionType(code, f_globals, code.co_name, defaults or None, cells or None)
+    fn.__qualname__ = qualname
+    if kwdefaults:
+        fn.__kwdefaults__ = kwdefaults
+    return fn
 
 
 class BreakRunner:
@@ -216,8 +286,7 @@ class BreakRunner:
         if self.function is not None:
             return self.function(*state)
         cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
-        for name, value in zip(self.cellvars, state[self.parameter_count:]):
-            cells[name] = types.CellType() if value is UNBOUND else types.CellType(value)
+        cells.update(zip(self.cellvars, state[self.parameter_count:]))
         return self.break_code.make_function(self.f_globals, cells)(*state[:self.parameter_count])
 
 
@@ -225,19 +294,12 @@ class ResumeCaller:
     """``call_resume(resume_fn, *args)`` of break code: run a resume function compiled.
 
     ``cache_of(code)`` gives the resume code's ``CodeCache`` (shared with other
-    compiles of the same backend, or private to one ``explain`` run).
+    compiles of the same backend, or private to one ``explain`` run). The same
+    caches serve the callees that a break at a call runs compiled (``callees``).
     """
 
     def __init__(self, cache_of, options, backend, records=None):
-        self.cache_of = cache_of
-        self.options = options
-        self.backend = backend
-        self.records = records
+        self.callees = CompiledCallees(cache_of, options, backend, records)
 
     def __call__(self, resume_fn, *args):
-        cache = self.cache_of(resume_fn.__code__)
-        for run in cache.runners:
-            result = run(resume_fn, args, {})
-            if result is not MISS:
-                return result
-        return cache.miss(resume_fn, args, {}, self.options, self.backend, self.records)
+        return self.callees.run(resume_fn, args, {})

@@ -30,7 +30,7 @@ from .resume import is_resume_code, user_name
 from .sources import ClosureSource, ConstTable, RootFunctionSource
 from .tracer import DECORATE_CONTEXT_CODE, Tracer
 from .variables.contexts import set_grad_mode
-from .variables.functions import CellVariable, UserFunctionVariable
+from .variables.functions import UserFunctionVariable
 
 
 @dataclass
@@ -66,9 +66,9 @@ class CacheEntry:
     compile_seconds: float = 0.0
 
 
-def _root_cells(fn) -> dict:
+def _root_cells(tracer, fn) -> dict:
     code = fn.__code__
-    return {name: CellVariable(lazy=(cell, ClosureSource(RootFunctionSource(), i, name)))
+    return {name: tracer.cell_variable(cell, ClosureSource(RootFunctionSource(), i, name))
             for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__ or ()))}
 
 
@@ -112,12 +112,21 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
     except _Failed as failed:
         error = failed.error
         point = getattr(error, "root_instruction", None)
-        if point is None or resume_caller is None or fn.__code__ is DECORATE_CONTEXT_CODE:
+        if fn.__code__ is DECORATE_CONTEXT_CODE and resume_caller is not None:
+            return _context_decorated_entry(fn, resume_caller.callees, start)
+        if point is None or resume_caller is None:
             return _fallback(failed.tracer, fn, error, start)
         try:
             return _capture(fn, args, kwargs, options, backend, start,
                             stop=BreakPoint(point[0], point[1], _reason(error), resume_caller))
         except _Failed as again:
+            earlier = getattr(again.error, "retry_at", None)
+            if earlier is not None and earlier[1] >= 0:  # split earlier, where the state can be handed over
+                try:
+                    return _capture(fn, args, kwargs, options, backend, start,
+                                    stop=BreakPoint(earlier[0], earlier[1], _reason(error), resume_caller))
+                except _Failed as third:
+                    again = third
             why = Unsupported(f"{error.reason} (and the frame cannot be split there: {again.error.reason})",
                               error.location)
             why.source_text = getattr(error, "source_text", "")
@@ -133,7 +142,11 @@ class _Failed(Exception):
 
 
 def _reason(error: Unsupported) -> BreakReason:
-    return BreakReason(error.reason, error.location, getattr(error, "source_text", "") or "")
+    reason = error.reason
+    root_call = getattr(error, "root_call", None)
+    if root_call is not None:  # the root frame breaks at the call; the callee runs compiled
+        reason += f" ({root_call})"
+    return BreakReason(reason, error.location, getattr(error, "source_text", "") or "")
 
 
 def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None = None) -> CacheEntry:
@@ -142,8 +155,9 @@ def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None 
     tracer.guards.global_state(grad_before, torch.get_default_dtype())
     try:
         try:
+            _refuse_unmodeled_modes(tracer)
             frame = Frame(tracer, fn.__code__, fn.__globals__, bind_root(tracer, fn, args, kwargs),
-                          _root_cells(fn), name=user_name(fn.__code__) if is_resume_code(fn.__code__)
+                          _root_cells(tracer, fn), name=user_name(fn.__code__) if is_resume_code(fn.__code__)
                           else fn.__qualname__)
             if stop is not None:
                 frame.stop_count = stop.count
@@ -181,6 +195,19 @@ def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None 
         raise _Failed(tracer, Unsupported(f"internal error: {type(e).__name__}: {e}", location)) from None
 
 
+def _refuse_unmodeled_modes(tracer: Tracer) -> None:
+    """Autocast and inference mode change what ops compute; capture does not model them.
+    A frame called inside such a block (the resume function after a break in `with
+    torch.autocast(...)`) runs eagerly, under a guard on that mode, so that later calls
+    outside the block capture as usual."""
+    modes = {"autocast": torch._C._is_any_autocast_enabled, "inference mode": torch.is_inference_mode_enabled}
+    for name, enabled in modes.items():
+        if enabled():
+            ref = tracer.consts.ref(enabled, enabled.__name__)
+            tracer.guards.add(None, f"{ref}()", f"{name} is enabled")
+            raise Unsupported(f"called with {name} enabled, which capture does not model")
+
+
 def _has_ops(gm_graph) -> bool:
     return any(n.op in ("call_function", "call_method", "call_module") and n.target is not torch._C._set_grad_enabled
                for n in gm_graph.nodes)
@@ -210,7 +237,7 @@ def _compile_graph(tracer: Tracer, fn, outputs: list, backend, skip_empty: bool)
 
 def _finish_at_break(tracer: Tracer, fn, frame: Frame, stop: BreakPoint, backend, start) -> CacheEntry:
     """The entry of a frame split at a graph break: graph, side effects, then the break code."""
-    state = BreakState(frame, frame.instructions[frame.ip].offset)
+    state = BreakState(frame, frame.instructions[frame.ip].offset, stop.resume_caller.callees)
     outputs: list = []
     seen: set = set()
     state.tensor_outputs(outputs, seen)
@@ -259,6 +286,18 @@ def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer),
                        graph=gm, compile_seconds=time.perf_counter() - start)
     write_current(options, "guards.txt", entry.guards_text)
+    _log_entry(fn, entry)
+    return entry
+
+
+def _context_decorated_entry(fn, callees, start) -> CacheEntry:
+    """A ``@torch.no_grad()``-style wrapper whose function breaks: every call enters the
+    context as torch's wrapper does and runs the wrapped function compiled inside it
+    (split at its own breaks). It reads the wrapper's closure on each call: no guards."""
+    def run(fn, args, kwargs):
+        return callees.stand_in(fn)(*args, **kwargs)
+    entry = CacheEntry(run, "(the wrapped function runs compiled inside the context)", "(none)",
+                       lambda fn, args, kwargs: None, compile_seconds=time.perf_counter() - start)
     _log_entry(fn, entry)
     return entry
 

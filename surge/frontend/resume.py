@@ -60,6 +60,10 @@ def check_layout(code: types.CodeType, offset: int, layout: FrameLayout) -> None
     unknown = [n for n in layout.live_locals if n not in code.co_varnames or n in code.co_cellvars]
     if unknown:
         raise BytecodeError(f"{unknown} are not fast locals of {code.co_qualname} ({where})")
+    if "__class__" in code.co_freevars and "super" in code.co_names:
+        # Zero-argument super() reads the frame's first local, which generated code
+        # takes from its own first parameter (a stack slot or another local).
+        raise BytecodeError(f"{code.co_qualname} calls super() without arguments ({where})")
 
 
 def reentry_prologue(body: Body, offset: int, layout: FrameLayout, lineno: int | None) -> list:
@@ -111,7 +115,8 @@ def _with_handler(body: Body, offset: int, depth: int) -> TryBegin:
                             f"puts one there ({user_location(body.code, offset)})")
     after = facts.instructions[facts.index_of[found.offset] + 1]
     handler = body.try_of.get(id(body.instr_at[after.offset]))
-    if handler is None or handler.stack_depth != depth:
+    # The handler's depth counts the slots below __exit__ and __exit__ itself.
+    if handler is None or handler.stack_depth != depth + 1:
         raise BytecodeError(f"no exception handler found for the `with` block at {user_location(body.code, found.offset)}")
     return handler
 

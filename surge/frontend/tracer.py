@@ -51,6 +51,8 @@ class Tracer:
         self._wrapped: dict = {}
         # id -> (value, variable, source) of the mutable containers read from the inputs.
         self._containers: dict = {}
+        # id -> (cell, CellVariable) of the closure cells read from functions.
+        self._cells: dict = {}
 
     def wrap(self, value, source):
         if source is None:
@@ -78,6 +80,22 @@ class Tracer:
         self._containers[id(value)] = (value, var, source)
         return var
 
+    def cell_variable(self, cell, source):
+        """The variable of a real closure cell: one per cell, so a write through one
+        function's closure is seen through another's (the aliasing is guarded)."""
+        from .variables.functions import CellVariable
+
+        found = self._cells.get(id(cell))
+        if found is not None and found[0] is cell:
+            other = found[1].source
+            if source is not None and other is not None and source != other:
+                self.guards.add(source.parent, f"{{v}}.__closure__[{source.index}] is {{w}}.__closure__[{other.index}]",
+                                f"{source.name()} is the cell of {other.name()}", other=other.parent)
+            return found[1]
+        var = CellVariable(lazy=(cell, source))
+        self._cells[id(cell)] = (cell, var)
+        return var
+
     def stack_trace(self) -> str:
         return self.current_frame.stack_trace() if self.current_frame is not None else ""
 
@@ -99,7 +117,7 @@ class Tracer:
             # @contextlib.contextmanager: the wrapped generator drives enter and exit.
             cells = dict(zip(code.co_freevars, fn.closure_cells(self)))
             generator = cells["func"].load(self).call(self, args, kwargs)
-            return GeneratorContextVariable(generator)
+            return GeneratorContextVariable(generator, made_at=self.current_frame.root_point())
         if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE):
             unsupported(f"calling async function {code.co_name}")
         if self.depth() >= MAX_INLINE_DEPTH:

@@ -42,7 +42,10 @@ class Body:
             raise BytecodeError(f"{code.co_name} ({code.co_filename}:{code.co_firstlineno}) is a generator "
                                 "or coroutine; graph breaks inside one are not supported")
         self.code = code
-        self.items = list(Bytecode.from_code(code))
+        # Exception ranges keep the original stack depths: generated code enters the
+        # body in the middle (possibly inside a loop's `try`), where the package's own
+        # depth computation, which walks from the entry, can miss a range.
+        self.items = list(Bytecode.from_code(code, conserve_exception_block_stackdepth=True))
         offsets = [i.offset for i in dis.get_instructions(code) if i.opname not in ("CACHE", "EXTENDED_ARG")]
         instrs = [item for item in self.items if isinstance(item, Instr)]
         assert len(offsets) == len(instrs), "bytecode and dis disagree on the instruction count"
@@ -203,7 +206,7 @@ def assemble(items: list, *, like: types.CodeType, name: str, qualname: str, arg
     bc.flags = like.co_flags & ~(_CO_VARARGS | _CO_VARKEYWORDS)
     bc.docstring = None
     try:
-        code = bc.to_code()
+        code = bc.to_code(compute_exception_stack_depths=False)
     except Exception as exc:  # the package reports malformed input as assorted errors
         raise BytecodeError(f"cannot assemble {qualname} from {like.co_filename}:{like.co_firstlineno}: {exc}") from exc
     return code.replace(co_qualname=qualname)

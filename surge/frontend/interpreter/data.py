@@ -181,10 +181,19 @@ def _build_const_key_map(frame, inst):
     frame.push(DictVariable(dict(zip(keys, values))))
 
 
+def _mutating(frame, target) -> None:
+    """A list/dict a comprehension builds is new, except in a resume function that
+    continues the comprehension: there it is an input, and its mutations are replayed."""
+    if target.source is not None:
+        target.check_mutable(frame.tracer)
+
+
 @opcode("LIST_APPEND")
 def _list_append(frame, inst):
     value = frame.pop()
-    frame.peek(inst.arg).items.append(value)
+    target = frame.peek(inst.arg)
+    _mutating(frame, target)
+    target.items.append(value)
 
 
 @opcode("SET_ADD")
@@ -197,13 +206,17 @@ def _set_add(frame, inst):
 def _map_add(frame, inst):
     value = frame.pop()
     key = frame.pop()
-    frame.peek(inst.arg).items[_key_of(frame.tracer, key)] = value
+    target = frame.peek(inst.arg)
+    _mutating(frame, target)
+    target.items[_key_of(frame.tracer, key)] = value
 
 
 @opcode("LIST_EXTEND")
 def _list_extend(frame, inst):
     values = frame.pop()
-    frame.peek(inst.arg).items.extend(values.iterate(frame.tracer))
+    target = frame.peek(inst.arg)
+    _mutating(frame, target)
+    target.items.extend(values.iterate(frame.tracer))
 
 
 @opcode("SET_UPDATE")
@@ -220,6 +233,7 @@ def _dict_update(frame, inst):
     if not isinstance(other, DictVariable):
         unsupported(f"** of {other}")
     target = frame.peek(inst.arg)
+    _mutating(frame, target)
     if inst.opname == "DICT_MERGE":
         dup = set(target.items) & set(other.items)
         if dup:

@@ -23,6 +23,9 @@ from .registry import HANDLERS
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _SURGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
+# Instructions that run a handler's bookkeeping: a break cannot hand them to CPython.
+_EXCEPTION_MACHINERY = {"PUSH_EXC_INFO", "POP_EXCEPT", "WITH_EXCEPT_START", "CHECK_EXC_MATCH", "RERAISE"}
+
 # A trace that runs this many instructions is most likely an endless loop.
 MAX_INSTRUCTIONS = 2_000_000
 
@@ -80,6 +83,9 @@ class Frame:
         # A root frame re-traced for a graph break stops before the instruction
         # that starts when the tracer has run this many (``StopForBreak``).
         self.stop_count = -1
+        self.current_count = -1  # the trace's instruction count when ``current`` started
+        # (offset, count) of the last instruction whose exception a handler caught.
+        self.raised_at: tuple | None = None
 
     # ---- stack ---------------------------------------------------------------
 
@@ -128,7 +134,7 @@ class Frame:
         try:
             while not self.done and not self.paused:
                 inst = self.instructions[self.ip]
-                count = tracer.instruction_count
+                count = self.current_count = tracer.instruction_count
                 if count == self.stop_count:
                     raise StopForBreak(self, inst)
                 self.current = inst
@@ -144,12 +150,23 @@ class Frame:
                 except RaisedInUserCode as raised:
                     if not self.enter_exception_handler(inst, raised):
                         raise
+                    self.raised_at = (inst.offset, count)
         except Unsupported as e:
             if e.location is None:
                 attach_location(e, self)
+                e.inside_call = self.parent is not None
             if self.parent is None and count >= 0 and getattr(e, "root_instruction", None) is None:
-                # Where a graph break would split the root frame: before this instruction.
+                # Where a graph break would split the root frame: before this instruction
+                # (the CALL of the inlined function that failed, when it failed inside one),
+                # or, when the exception machinery fails (re-raising from a `with` exit or a
+                # `finally`), before the instruction that raised: CPython raises it again and
+                # runs the user's handlers.
                 e.root_instruction = (self.current.offset, count)
+                if self.current.opname in _EXCEPTION_MACHINERY and self.raised_at is not None:
+                    e.root_instruction = self.raised_at
+                if getattr(e, "inside_call", False) and self.current.opname in ("CALL", "CALL_FUNCTION_EX"):
+                    where = f"{os.path.basename(self.code.co_filename)}:{self.current.lineno}"
+                    e.root_call = f"{self.name} breaks at its call at {where}"
             raise
         finally:
             tracer.current_frame = previous
@@ -185,6 +202,12 @@ class Frame:
         return False
 
     # ---- provenance --------------------------------------------------------------
+
+    def root_point(self) -> tuple[int, int]:
+        """(offset, count) of the root frame's instruction running now: where a graph
+        break would split the root frame to let CPython make what is being made."""
+        root = self.chain()[0]
+        return root.current.offset, root.current_count
 
     def lineno(self) -> int:
         return self.current.lineno if self.current is not None else self.code.co_firstlineno

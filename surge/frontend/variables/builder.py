@@ -19,7 +19,7 @@ from .base import unsupported
 from .builtins import BUILTIN_RULES, BuiltinVariable
 from .constant import ConstantVariable, is_constant_value
 from .containers import DictVariable, IteratorVariable, ListVariable, SetVariable, TupleVariable
-from .functions import OpaqueCallableVariable, UserFunctionVariable, UserMethodVariable
+from .functions import OpaqueCallableVariable, UserFunctionVariable, UserMethodVariable, guarded_by_code
 from . import copies, dataclass_rules, signatures  # noqa: F401  (register their rules)
 from .objects import (
     ClassVariable, NNModuleVariable, PythonModuleVariable, UserObjectVariable, WeakRefVariable, is_torch_library_code,
@@ -82,12 +82,30 @@ def wrap_value(tx, value, source):
             guards.identity(source, value)
         return PythonModuleVariable(value, source)
     if guards:
-        if isinstance(value, (types.FunctionType, types.MethodType, type) + _CALLABLE_TYPES):
+        if _is_nested_function(value):
+            # Made anew by each call of its enclosing function (or rebuilt at a graph
+            # break): guarded by code and globals; defaults and cells are read through
+            # the source and guarded where the trace reads them.
+            guards.add(source, f"type({{v}}) is {guards.consts.ref(types.FunctionType, 'FunctionType')} "
+                       f"and {{v}}.__code__ is {guards.consts.ref(value.__code__, 'code')} "
+                       f"and {{v}}.__globals__ is {guards.consts.ref(value.__globals__, 'f_globals')}",
+                       f"{source.name()} is a function of code {value.__qualname__}")
+        elif isinstance(value, types.MethodType):
+            # A bound method is made on each attribute read: guarded by its function; its
+            # object is guarded through ``__self__`` where the trace reads it.
+            guards.add(source, f"type({{v}}) is {guards.consts.ref(types.MethodType, 'MethodType')} "
+                       f"and {{v}}.__func__ is {guards.consts.ref(value.__func__, 'func')}",
+                       f"{source.name()} is a method of function {getattr(value.__func__, '__qualname__', '?')}")
+        elif isinstance(value, (types.FunctionType, type) + _CALLABLE_TYPES):
             guards.identity(source, value)
     return _wrap_callable_or_object(tx, value, source)
 
 
 _LIST_ITERATOR = type(iter([]))
+
+
+def _is_nested_function(value) -> bool:
+    return type(value) is types.FunctionType and guarded_by_code(value)
 
 
 def _wrap_list_iterator(tx, value, source):
@@ -113,6 +131,12 @@ def _wrap_callable_or_object(tx, value, source):
         return GradModeContextVariable(isinstance(value, torch.autograd.grad_mode.enable_grad))
     if _has_rule(value):
         return BuiltinVariable(value, source)
+    if isinstance(value, torch._library.custom_ops.CustomOpDef):
+        # A torch.library custom op: one opaque node of its operator; its fake kernel
+        # gives the metadata (without one the call is a graph break naming it).
+        if source is not None:
+            tx.guards.identity(source, value)
+        return TorchFunctionVariable(value._opoverload, None)
     original = getattr(value, "_surge_original", None)
     if original is not None and isinstance(value, types.FunctionType):
         # A function compiled on its own, called from compiled code: inline its original.

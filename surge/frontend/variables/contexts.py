@@ -66,8 +66,11 @@ class GeneratorContextVariable(Variable):
     """A ``@contextlib.contextmanager`` context: code before the yield runs on enter,
     the rest on exit."""
 
-    def __init__(self, generator):
+    def __init__(self, generator, made_at=None):
         self.generator = generator
+        # (offset, count) of the root-frame instruction that made it: a graph break
+        # inside its block splits the root frame there instead (``breaks.py``).
+        self.made_at = made_at
 
     def enter(self, tx):
         value = self.generator.next()

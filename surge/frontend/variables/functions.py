@@ -22,6 +22,9 @@ class CellVariable(Variable):
         self._value = value
         self._lazy = lazy  # (real cell, source) read on first use
         self.source = lazy[1] if lazy is not None else None
+        # The real cell behind it, if it was read from a function's closure (a graph
+        # break hands that same cell on).
+        self.real_cell = lazy[0] if lazy is not None else None
 
     def load(self, tx) -> Variable:
         if self._value is None and self._lazy is not None:
@@ -97,12 +100,19 @@ class UserFunctionVariable(FunctionVariable):
     def identity_key(self):
         from .containers import IdentityKey
 
+        if self.source is not None and guarded_by_code(self.fn):
+            # Its identity is not guarded: `is` or a dict key on it would specialize silently.
+            unsupported(f"identity of {self.fn.__qualname__}, a function made by each call")
         return IdentityKey(self, self.fn)
 
     def _child_source(self):
         from ..sources import ConstSource
 
-        return ConstSource(self.fn, f"fn<{self.fn.__qualname__}>") if self.source is not None else None
+        if self.source is None:
+            return None
+        if guarded_by_code(self.fn):  # read the call's own object
+            return self.source
+        return ConstSource(self.fn, f"fn<{self.fn.__qualname__}>")
 
     def default(self, tx, index):
         from ..sources import DefaultSource
@@ -143,13 +153,18 @@ class UserFunctionVariable(FunctionVariable):
         from ..sources import ClosureSource
 
         parent = self._child_source()
-        cells = []
-        for i, (name, cell) in enumerate(zip(self.code.co_freevars, self.fn.__closure__ or ())):
-            cells.append(CellVariable(lazy=(cell, ClosureSource(parent, i, name) if parent else None)))
-        return cells
+        return [tx.cell_variable(cell, ClosureSource(parent, i, name) if parent else None)
+                for i, (name, cell) in enumerate(zip(self.code.co_freevars, self.fn.__closure__ or ()))]
 
     def __repr__(self):
         return f"UserFunctionVariable({self.fn.__qualname__})"
+
+
+def guarded_by_code(fn) -> bool:
+    """Functions defined inside functions are made anew by each call of their maker (or
+    rebuilt at a graph break): read from the inputs, they are guarded by code and globals,
+    and their defaults and cells are read from the object of each call."""
+    return "<locals>" in fn.__qualname__ and getattr(fn, "_surge_original", None) is None
 
 
 class NestedFunctionVariable(FunctionVariable):

@@ -287,6 +287,10 @@ class NNModuleVariable(ObjectVariable):
         module = self.obj
         if torch.nn.modules.module._global_forward_hooks or torch.nn.modules.module._global_forward_pre_hooks:
             unsupported("global nn.Module forward hooks are registered")
+        if module._backward_hooks or module._backward_pre_hooks or torch.nn.modules.module._global_backward_hooks \
+                or torch.nn.modules.module._global_backward_pre_hooks:
+            # torch's own __call__ wires them into autograd: the call runs in CPython.
+            unsupported(f"calling {type(module).__qualname__}, which has backward hooks")
         if module._forward_hooks_with_kwargs or module._forward_pre_hooks_with_kwargs \
                 or getattr(module, "_forward_hooks_always_called", None):
             unsupported("module forward hooks with kwargs or always_call")

@@ -3,8 +3,10 @@ construct runs in CPython between a graph before it and a resume function after
 it), or, where the frame cannot be split yet, the whole frame runs eagerly
 (counted in `fallbacks`). With fullgraph=True surge raises Unsupported naming
 the user's file:line."""
+import contextlib
 import math
 import os
+import sys
 import time
 
 import numpy as np
@@ -196,7 +198,7 @@ EXPECTED_SPLITS = {
     any_on_tensor_in_if: (3, 1),
     assert_on_tensor_value: (2, 1),
     timing_call: (2, 1),                 # the clock value is a new constant on each call
-    print_in_inlined_callee: (2, 1),     # x * 2 | the callee runs in CPython | + 1
+    print_in_inlined_callee: (2, 2),     # x * 2 | the callee, compiled, breaks at its print | + 1
     tensor_formatted_in_fstring: (1, 1),  # sum | format | a new key string each call, no ops
     tensor_in_python_sorted: (2, 1),
 }
@@ -245,12 +247,28 @@ def _grad_input(i):
     return (randn(3, 4, requires_grad=True),)
 
 
-# Frames that cannot be split yet: re-entering a `with` block nested in a loop or in
-# another block, functions wrapped by @torch.no_grad() & co., and breaks inside
-# comprehensions (inlined into the frame on 3.12; a closure over the frame on 3.11)
-# and generator expressions.
-STILL_FALLING_BACK = [with_block_in_loop, nested_with_blocks, decorated_with_no_grad,
-                      list_comprehension_with_print, generator_expression_with_print]
+@contextlib.contextmanager
+def _tagged():
+    yield "tag"
+
+
+def print_inside_contextmanager_block(x):
+    with _tagged():
+        y = x * 2
+        print("inside")  # UNSUPPORTED
+    return y
+
+
+def break_inside_autocast(x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # UNSUPPORTED
+        y = x @ x.t()
+        surge.graph_break()
+    return y.float()
+
+
+# Frames that cannot be captured past a point: inside an autocast block (autocast
+# state is not captured), the frame is split at the `with` and the rest runs eagerly.
+STILL_FALLING_BACK = [break_inside_autocast]
 
 
 @pytest.mark.parametrize("program", STILL_FALLING_BACK, ids=[p.__name__ for p in STILL_FALLING_BACK])
@@ -258,10 +276,30 @@ def test_frame_that_cannot_be_split_falls_back(program, capsys):
     check_fallback(program, _grad_input)
     # Eager and the fallback each printed on both calls, in order.
     lines = capsys.readouterr().out.splitlines()
-    per_call = {with_block_in_loop: ["step 0", "step 1"], nested_with_blocks: ["inner"],
-                decorated_with_no_grad: ["decorated"], list_comprehension_with_print: ["0", "1", "2"],
-                generator_expression_with_print: ["item", "item"]}[program]
+    per_call = {break_inside_autocast: []}[program]
     assert lines == per_call * 4
+
+
+# Frames that fell back before breaks could be resumed inside blocks, comprehensions
+# and decorated functions: (graphs, breaks) over two calls, printed output in order.
+SPLIT_NOW = {
+    with_block_in_loop: (3, 2),               # x * 2 | print | x * 2 (a resume of the resume) | print | + 1
+    nested_with_blocks: (2, 1),
+    decorated_with_no_grad: (1, 1),           # the wrapped function runs compiled inside no_grad
+    # 3.11: the comprehension's function runs compiled, split at each print; 3.12
+    # inlines it (PEP 709): the frame itself is split at each print.
+    list_comprehension_with_print: (4, 4) if sys.version_info < (3, 12) else (3, 3),
+    generator_expression_with_print: (1, 1),  # the generator runs in CPython under sum()
+    # Split where the context manager is made (CPython makes the real one), at the
+    # `with`, at the print and at the exit; x * 2 is the one graph.
+    print_inside_contextmanager_block: (1, 4),
+}
+
+
+@pytest.mark.parametrize("program", SPLIT_NOW, ids=[p.__name__ for p in SPLIT_NOW])
+def test_frame_split_inside_blocks_comprehensions_and_decorated_functions(program):
+    graphs, breaks = SPLIT_NOW[program]
+    check_graph_breaks(program, _grad_input, graphs=graphs, breaks=breaks)
 
 
 @pytest.mark.parametrize("program", STILL_FALLING_BACK, ids=[p.__name__ for p in STILL_FALLING_BACK])

@@ -165,16 +165,21 @@ class Stack(nn.Module):
         return self.head(x)
 
 
-def test_submodule_with_print_breaks_the_caller_at_the_call():
+def test_submodule_with_print_is_split_inside_its_forward():
     module = Stack()
-    compiled = surge.compile(module, backend=RecordingBackend())
+    backend = RecordingBackend()
+    compiled = surge.compile(module, backend=backend)
     x = randn(3, 4, requires_grad=True)
     expected, eager_printed = run_printing(lambda: module(x))
     actual, printed = run_printing(lambda: compiled(x))
     torch.testing.assert_close(actual, expected)
     assert printed == eager_printed == "block\nblock\n"
-    # The blocks run in CPython at the two calls; x * 2, the adds and the head are graphs.
-    assert surge.counters["graph_breaks"] == 2 and surge.counters["fallbacks"] == 0
+    # The caller breaks at each block call, and the blocks' forward (compiled on its
+    # own; one entry serves both blocks up to the print, which reads nothing of self)
+    # breaks at its print: x * 2 | block 1's linear | + x | block 2's linear | + x, head.
+    assert surge.counters["graph_breaks"] == 3 and surge.counters["fallbacks"] == 0
+    assert [backend.op_names(i) for i in range(len(backend.graphs))] == [
+        ["mul"], ["linear", "relu"], ["add"], ["linear", "relu"], ["add", "linear"]]
     grads = torch.autograd.grad(actual.sum(), [x, *module.parameters()])
     eager_grads = torch.autograd.grad(module(x).sum(), [x, *module.parameters()])
     for g, e in zip(grads, eager_grads):

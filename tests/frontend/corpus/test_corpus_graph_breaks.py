@@ -444,7 +444,7 @@ PROGRAMS = {
     print_last: (mat, 1, 1),
     print_with_keywords: (mat, 2, 1),
     print_in_fstring_of_shape: (mat, 2, 1),
-    print_in_helper: (mat, 2, 1),
+    print_in_helper: (mat, 2, 2),
     print_python_values_from_the_trace: (mat, 1, 1),
     print_in_both_branches_of_a_python_condition: (lambda i: (randn(3, 4), i == 0), 2, 2),
     logging_info_between_ops: (mat, 2, 1),
@@ -467,7 +467,7 @@ PROGRAMS = {
     math_of_item: (mat, 3, 1),
     explicit_break_twice: (mat, 3, 2),
     explicit_break_first: (mat, 1, 1),
-    explicit_break_in_callee: (mat, 2, 1),
+    explicit_break_in_callee: (mat, 4, 2),  # relu | t + 1 | t * 2 | - 1
     break_then_python_values: (mat, 1, 1),
     break_keeps_locals_of_all_kinds: (lambda i: (randn(3, 4), randn(4)), 2, 1),
     break_in_range_loop: (mat, 4, 3),
