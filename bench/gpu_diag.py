@@ -104,7 +104,16 @@ def lm_head_alignment(tokens: int = 8192, width: int = 768, vocab: int = 50257) 
     print(f"  mm.out into rows padded to {padded_vocab}: "
           f"{time_ms(lambda: torch.ops.aten.mm.out(x, w.t(), out=padded)):8.3f} ms")
     print(f"  copy padded -> contiguous:          {time_ms(lambda: dense.copy_(padded)):8.3f} ms")
-    top_kernels("lm head, padded rows", lambda: torch.ops.aten.mm.out(x, w.t(), out=padded), 4)
+    w_padded = torch.zeros(padded_vocab, width, device="cuda", dtype=torch.bfloat16)
+    w_padded[:vocab] = w
+    print(f"  padded weight, padded logits:       {time_ms(lambda: x @ w_padded.t()):8.3f} ms "
+          f"(+ padding the weight: {time_ms(lambda: w_padded[:vocab].copy_(w)):.3f} ms)")
+    aligned = vocab // 8 * 8
+    print(f"  aligned columns into contiguous logits + tail: "
+          f"{time_ms(lambda: (torch.ops.aten.mm.out(x, w[:aligned].t(), out=dense[:, :aligned]), torch.ops.aten.mm.out(x, w[aligned:].t(), out=dense[:, aligned:]))):8.3f} ms")
+    transposed = torch.empty(vocab, tokens, device="cuda", dtype=torch.bfloat16)
+    print(f"  transposed logits (w @ x.t()):      {time_ms(lambda: torch.ops.aten.mm.out(w, x.t(), out=transposed)):8.3f} ms")
+    top_kernels("lm head, padded weight", lambda: x @ w_padded.t(), 4)
 
 
 def main() -> None:
@@ -116,7 +125,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("bench/gpu_diag.py needs a CUDA device")
     with torch.no_grad():
-        for name in args.workloads.split(","):
+        for name in filter(None, args.workloads.split(",")):
             diagnose(name, args.scale, args.rows)
         lm_head_alignment()
 

@@ -279,7 +279,9 @@ class CacheSpec:
     load_artifact: Callable[[Any], Callable]
 
     def key(self, gm, inputs: list, variant: tuple, options) -> str | None:
-        return graph_key(gm, inputs, variant, self.knobs + (("fallback_random", options.fallback_random),))
+        return graph_key(gm, inputs, variant, self.knobs + (("fallback_random", options.fallback_random),
+                                                                ("split_reduction_min_elements",
+                                                                 options.split_reduction_min_elements)))
 
     def load(self, key: str):
         """(program, forward, backward or None) of a stored variant, or None."""

@@ -72,6 +72,11 @@ def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tu
     return launch
 
 
+def _no_hook(hook) -> bool:
+    """No launch hook installed: None, or (newer Triton) an empty chain of hooks."""
+    return hook is None or (type(hook).__name__ == "HookChain" and not hook.calls)
+
+
 def direct_launch(kernel, compiled, grid: tuple, first_args: tuple, sizes: tuple, config: dict):
     """A launch of the compiled binary that skips Triton's per-call argument binding.
 
@@ -80,8 +85,8 @@ def direct_launch(kernel, compiled, grid: tuple, first_args: tuple, sizes: tuple
     keep their types from call to call (the graph's guards fix dtypes and devices, sizes
     are bound here), so the one thing that can change is the 16-byte alignment Triton
     specialized each pointer on: the returned function checks exactly that and returns
-    False (the caller then goes through Triton) when it differs, or when a launch hook is
-    installed. None when this Triton's launch interface is not the one we know.
+    False (the caller then goes through Triton) when it differs, or when a launch hook
+    (a profiler's, say) is installed: hooks need the launch metadata Triton builds. None when this Triton's launch interface is not the one we know.
     """
     try:
         from triton import knobs
@@ -107,7 +112,7 @@ def direct_launch(kernel, compiled, grid: tuple, first_args: tuple, sizes: tuple
     runtime_knobs = knobs.runtime
 
     def direct(args) -> bool:
-        if runtime_knobs.launch_enter_hook is not None or runtime_knobs.launch_exit_hook is not None:
+        if not (_no_hook(runtime_knobs.launch_enter_hook) and _no_hook(runtime_knobs.launch_exit_hook)):
             return False
         for arg, was_aligned in zip(args, aligned):
             if (arg.data_ptr() % 16 == 0) is not was_aligned:

@@ -120,3 +120,19 @@ def test_split_kernels_and_masked_softmax_compile_for_sm90(low_threshold, tmp_pa
                             options=Options(cache_dir=str(tmp_path))).path)
     results = compile_in_subprocess(paths)
     assert len(results) >= 11 and all(v == "ok" for v in results.values()), results
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_the_threshold_is_an_option_of_surge_compile(backend):
+    import surge
+
+    x = torch.randn(5000)
+    surge.counters.reset()
+    split = surge.compile(lambda x: x.sum(), backend=backend, options={"split_reduction_min_elements": 1024})
+    torch.testing.assert_close(split(x), x.sum(), rtol=1e-5, atol=1e-4)
+    assert surge.counters["kernels"] == 2  # partials, then their total
+    surge.reset()
+    surge.counters.reset()
+    whole = surge.compile(lambda x: x.sum(), backend=backend)
+    torch.testing.assert_close(whole(x), x.sum(), rtol=1e-5, atol=1e-4)
+    assert surge.counters["kernels"] == 1
