@@ -26,7 +26,7 @@ from .sizes import index_symbol, sym
 from .split_reduction import SPLIT_REDUCTION_MIN_ELEMENTS, split_reduction
 from .tensor import LazyTensor, sym_shape
 from .extern_meta import extern_result_meta
-from .matmul_operands import matmul_operand_view
+from .matmul_operands import VIEW_OPS, feeds_matmul, matmul_operand_view
 from .values import cast, op_count
 
 # A lazy value read by several consumers is inlined into each (recomputed)
@@ -300,7 +300,13 @@ class Lowering:
         return result
 
     def maybe_realize_shared(self, node, t: LazyTensor) -> LazyTensor:
-        if t.view is not None or len(node.users) <= 1:
+        if t.view is not None:
+            return t
+        if feeds_matmul(node) and node.target not in VIEW_OPS:
+            # realized for the matmul anyway: once, in its own layout, so that the other users
+            # read it and a transposed operand is a view BLAS reads as is, not a transposing kernel
+            return self.realize(t)
+        if len(node.users) <= 1:
             return t
         probe = t.load([index_symbol("i", k) for k in range(t.ndim)])
         if op_count(probe) > RECOMPUTE_OP_LIMIT:

@@ -25,6 +25,31 @@ aten = torch.ops.aten
 MATMUL_OPS = frozenset({aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default})
 
 
+# Ops through which a matmul still reads its operand's buffer in place (as a strided view).
+VIEW_OPS = frozenset({aten.permute.default, aten.t.default, aten.transpose.int, aten.view.default,
+                       aten._unsafe_view.default, aten.reshape.default, aten.expand.default})
+
+
+def feeds_matmul(node) -> bool:
+    """Some user of ``node`` is a matmul operand, directly or through views.
+
+    Such a value is realized for the matmul anyway; other users should read that
+    buffer rather than recompute it (a Linear's output gradient feeds the input
+    gradient's mm, the weight gradient's mm through a transpose, and the bias sum).
+    """
+    pending, seen = list(node.users), set()
+    while pending:
+        user = pending.pop()
+        if user in seen or user.op != "call_function":
+            continue
+        seen.add(user)
+        if user.target in MATMUL_OPS:
+            return True
+        if user.target in VIEW_OPS:
+            pending.extend(user.users)
+    return False
+
+
 def strided_view(t: LazyTensor):
     """(buffer name, Layout) when every element of ``t`` is ``buffer[offset + sum(i*stride)]``."""
     if t.view is not None:

@@ -182,6 +182,8 @@ def pow_(ctx, a, b):
             return make_pointwise(ctx, _op("sqrt"), [a], dtype)
         if b == -1:
             return make_pointwise(ctx, _op("reciprocal"), [a], dtype)
+        if isinstance(b, float) and b.is_integer():
+            b = int(b)   # x ** 3.0 (tanh-GELU): multiplications as eager, not a libm pow per element
         if isinstance(b, int) and 0 <= b <= 4:
             def fn(x):
                 out = x

@@ -66,7 +66,7 @@ def test_split_structure(name, low_threshold):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_triton_split_matches_eager(name, low_threshold, tmp_path):
     fn, make_inputs = CASES[name]
-    c = compile_fn(fn, *make_inputs(), options=Options(cache_dir=str(tmp_path)))
+    c = compile_fn(fn, *make_inputs(), options=Options(cache_dir=str(tmp_path), split_reduction_min_elements=THRESHOLD))
     _check(fn, c, make_inputs, name)
 
 
@@ -77,7 +77,7 @@ def test_cpp_split_matches_eager(low_threshold, tmp_path):
         fn, make_inputs = CASES[name]
         inputs = make_inputs()
         graphs.append((aten_graph(fn, *inputs), list(inputs)))
-    compiled = compile_aten_graphs_cpp(graphs, Options(cache_dir=str(tmp_path)))
+    compiled = compile_aten_graphs_cpp(graphs, Options(cache_dir=str(tmp_path), split_reduction_min_elements=THRESHOLD))
     for name, c in zip(names, compiled):
         assert len(c.kernel_names) >= 2, name
         _check(CASES[name][0], c, CASES[name][1], name)
@@ -115,9 +115,9 @@ def test_split_kernels_and_masked_softmax_compile_for_sm90(low_threshold, tmp_pa
     paths = []
     for name in ("sum_all", "var_all", "argmax_all", "amax_odd_length", "all_dim1"):
         fn, make_inputs = CASES[name]
-        paths.append(compile_fn(fn, *make_inputs(), options=Options(cache_dir=str(tmp_path))).path)
+        paths.append(compile_fn(fn, *make_inputs(), options=Options(cache_dir=str(tmp_path), split_reduction_min_elements=THRESHOLD)).path)
     paths.append(compile_fn(masked_softmax_attention, *_attention_inputs(),
-                            options=Options(cache_dir=str(tmp_path))).path)
+                            options=Options(cache_dir=str(tmp_path), split_reduction_min_elements=THRESHOLD)).path)
     results = compile_in_subprocess(paths)
     assert len(results) >= 11 and all(v == "ok" for v in results.values()), results
 

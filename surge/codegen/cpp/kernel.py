@@ -25,8 +25,10 @@ import torch
 from ...lowering.values import Constant, IndexValue, Load, Masked, Op
 from ..common import KernelPlan, format_index
 from .affine_index import affine_index
+from .column_reduction import generate_columns, wants_columns
 from .ops import OP_RULES, cast_expr, compute_dtype, ctype, literal, load_expr, storage_type, store_expr
 from .row_cache import RowCachePlanner
+from .scope import Scope
 
 # Below this many elements of work a kernel runs on one thread: waking the
 # OpenMP team costs more than it saves.
@@ -46,24 +48,6 @@ def c_index(expr: sympy.Expr, names: dict | None = None) -> str:
 class Emitted:
     name: str
     dtype: torch.dtype   # logical dtype
-
-
-class Scope:
-    """A block of statements; ``kind`` is "top", "row", "rloop", "xloop" or "masked"."""
-
-    def __init__(self, kind: str, parent: "Scope | None" = None):
-        self.kind = kind
-        self.parent = parent
-        self.lines: list[str] = []
-        self.memo: dict = {}
-
-    def lookup(self, key):
-        scope = self
-        while scope is not None:
-            if key in scope.memo:
-                return scope.memo[key]
-            scope = scope.parent
-        return None
 
 
 @dataclasses.dataclass
@@ -96,6 +80,8 @@ class CppKernelWriter:
         self.row_cache: dict[int, str] = {}     # id(value) -> its scratch array (see row_cache.py)
         self.row_cache_written: set = set()
         self.parallel = self.xnumel * self.rnumel >= PARALLEL_MIN_ELEMENTS
+        # "[xi]" when accumulators are per-column arrays (column_reduction.py), else ""
+        self.lane = ""
 
     # -- names -----------------------------------------------------------------
     def tmp(self) -> str:
@@ -112,6 +98,10 @@ class CppKernelWriter:
 
     def index(self, expr: sympy.Expr, names: dict | None = None) -> str:
         """An index in C, with divisions that are affine on the loop domain removed (affine_index.py)."""
+        return c_index(self.affine(expr), names)
+
+    def affine(self, expr: sympy.Expr) -> sympy.Expr:
+        """``expr`` without the divisions that are affine on the loop domain."""
         found = self._affine.get(expr)
         if found is None:
             r_vars = [s for s in expr.free_symbols if s.name.startswith("r")]
@@ -120,7 +110,7 @@ class CppKernelWriter:
             else:
                 innermost = f"x{len(self.x_sizes) - 1}" if self.x_sizes else None
             found = self._affine[expr] = affine_index(expr, self.loop_sizes, innermost)
-        return c_index(found, names)
+        return found
 
     # -- r dependence (for hoisting) -------------------------------------------------
     def depends_on_r(self, v) -> bool:
@@ -251,40 +241,44 @@ class CppKernelWriter:
             return torch.bool
         return compute_dtype(buf.acc_dtype)
 
-    def reduction_init(self, row: Scope, member) -> list:
+    def accumulators(self, member) -> list:
+        """(C type, name, initial value, OpenMP reduction op or None) of a reduction's accumulators."""
         buf, kind = member.buffer, member.buffer.reduction_type
         acc = self.acc_dtype(member)
         t = ctype(acc)
         a = f"acc_{buf.name}"
         if kind in ("sum", "var"):
-            row.lines.append(f"{t} {a} = 0;")
-            return [(a, "+")]
+            return [(t, a, "0", "+")]
         if kind == "prod":
-            row.lines.append(f"{t} {a} = 1;")
-            return [(a, "*")]
+            return [(t, a, "1", "*")]
         if kind in ("any", "all"):
-            row.lines.append(f"int {a} = {0 if kind == 'any' else 1};")
-            return [(a, "|" if kind == "any" else "&")]
+            return [("int", a, "0" if kind == "any" else "1", "|" if kind == "any" else "&")]
         largest = kind in ("min", "argmin")
         start = (f"std::numeric_limits<{t}>::infinity()" if acc.is_floating_point
                  else f"std::numeric_limits<{t}>::max()") if largest else \
                 (f"-std::numeric_limits<{t}>::infinity()" if acc.is_floating_point
                  else f"std::numeric_limits<{t}>::lowest()")
-        row.lines.append(f"{t} {a} = {start};")
         if kind in ("argmax", "argmin"):
-            row.lines.append(f"int64_t idx_{buf.name} = 0;")
-            return [(a, None)]
-        accs = [(a, kind)]
+            return [(t, a, start, None), ("int64_t", f"idx_{buf.name}", "0", None)]
+        accs = [(t, a, start, kind)]
         if acc.is_floating_point:
-            row.lines.append(f"int nan_{buf.name} = 0;")
-            accs.append((f"nan_{buf.name}", "|"))
+            accs.append(("int", f"nan_{buf.name}", "0", "|"))
         return accs
+
+    def reduction_init(self, row: Scope, member) -> list:
+        """Declare the accumulators of one row; returns (name, OpenMP op) for the r loop's clauses."""
+        accs = self.accumulators(member)
+        for t, name, start, _ in accs:
+            row.lines.append(f"{t} {name} = {start};")
+        if any(op is None for *_, op in accs):
+            return [(accs[0][1], None)]
+        return [(name, op) for _, name, _, op in accs]
 
     def reduction_update(self, loop: Scope, member) -> None:
         buf, kind = member.buffer, member.buffer.reduction_type
         acc = self.acc_dtype(member)
         v = self.emit(loop, member.value).name
-        a = f"acc_{buf.name}"
+        a, nan = f"acc_{buf.name}{self.lane}", f"nan_{buf.name}{self.lane}"
         if kind in ("sum", "var"):
             loop.lines.append(f"{a} += {v};")
         elif kind == "prod":
@@ -297,7 +291,7 @@ class CppKernelWriter:
             cmp = ">" if kind == "max" else "<"
             loop.lines.append(f"{a} = {v} {cmp} {a} ? {v} : {a};")
             if acc.is_floating_point:
-                loop.lines.append(f"nan_{buf.name} |= ({v} != {v});")
+                loop.lines.append(f"{nan} |= ({v} != {v});")
         else:  # argmax / argmin: the first extremum; NaN counts as the largest and smallest
             cmp = ">" if kind == "argmax" else "<"
             take = f"({v} {cmp} {a})"
@@ -308,9 +302,9 @@ class CppKernelWriter:
     def reduction_finish(self, row: Scope, member) -> None:
         buf, kind = member.buffer, member.buffer.reduction_type
         acc = self.acc_dtype(member)
-        a = f"acc_{buf.name}"
+        a, nan = f"acc_{buf.name}{self.lane}", f"nan_{buf.name}{self.lane}"
         if kind in ("max", "min") and acc.is_floating_point:
-            row.lines.append(f"if (nan_{buf.name}) {a} = std::numeric_limits<{ctype(acc)}>::quiet_NaN();")
+            row.lines.append(f"if ({nan}) {a} = std::numeric_limits<{ctype(acc)}>::quiet_NaN();")
         if kind in ("argmax", "argmin"):
             self.reduced[buf.name] = Emitted(f"idx_{buf.name}", torch.int64)
         elif kind in ("any", "all"):
@@ -376,6 +370,9 @@ class CppKernelWriter:
                 if m.stored:
                     self.store(body, m)
             self.loop_nest(top, "x", self.x_sizes, body, self.x_pragmas(innermost_simd=True))
+            return self.finish(top)
+        if wants_columns(self):
+            generate_columns(self, top)
             return self.finish(top)
         row = Scope("row", top)
         self.row = row
