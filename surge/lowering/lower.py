@@ -27,11 +27,16 @@ from .split_reduction import SPLIT_REDUCTION_MIN_ELEMENTS, split_reduction
 from .tensor import LazyTensor, sym_shape
 from .extern_meta import extern_result_meta
 from .matmul_operands import VIEW_OPS, feeds_matmul, matmul_operand_view
-from .values import cast, op_count
+from .values import cast, loaded_buffers, op_count
 
 # A lazy value read by several consumers is inlined into each (recomputed)
-# unless it costs more operations than this; then it is computed once.
+# unless it costs more operations than this, or reads more buffers than the other
+# limit; then it is computed once (and stored by the kernel that computes it).
+# The buffer limit stops chains such as a residual stream from growing through
+# every layer: each consumer would read all the chain's buffers again, and all of
+# them would stay alive until the last one.
 RECOMPUTE_OP_LIMIT = 12
+RECOMPUTE_BUFFER_LIMIT = 2
 
 
 class LoweringError(SurgeError):
@@ -309,7 +314,7 @@ class Lowering:
         if len(node.users) <= 1:
             return t
         probe = t.load([index_symbol("i", k) for k in range(t.ndim)])
-        if op_count(probe) > RECOMPUTE_OP_LIMIT:
+        if op_count(probe) > RECOMPUTE_OP_LIMIT or len(loaded_buffers(probe)) > RECOMPUTE_BUFFER_LIMIT:
             return self.realize(t)
         return t
 

@@ -165,6 +165,10 @@ def loads_of(root: Value) -> list:
     return [v for v in walk(root) if isinstance(v, Load)]
 
 
+def loaded_buffers(root: Value) -> set:
+    return {v.buffer for v in walk(root) if isinstance(v, Load)}
+
+
 def op_count(root: Value) -> int:
     return sum(1 for v in walk(root) if isinstance(v, Op))
 
