@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
 from torch.utils import _pytree as pytree
 
 from ..errors import Unsupported
@@ -109,6 +110,8 @@ class _TorchLevelInterpreter(torch.fx.Interpreter):
         super().__init__(gm, garbage_collect_values=True)
         self.tracer = tracer
         self.state_by_name = state_by_name
+        # Autocast modes the graph's _enter_autocast nodes opened and has not closed yet.
+        self.open_autocast: list = []
 
     def run_node(self, n):
         self.tracer.provenance = {"source_node": n.name}
@@ -129,6 +132,12 @@ class _TorchLevelInterpreter(torch.fx.Interpreter):
             raise Unsupported(f"tracing failed: {type(e).__name__}: {first}", _user_location(n)) from e
 
     def call_function(self, target, args, kwargs):
+        if target is _exit_autocast and args[0] in self.open_autocast:
+            self.open_autocast.remove(args[0])
+        if target is _enter_autocast:
+            mode = super().call_function(target, args, kwargs)
+            self.open_autocast.append(mode)
+            return mode
         recurrent = _RECURRENT_LAYERS.get(target)
         if recurrent is not None:
             # The CPU kernels of these layers (mkldnn_rnn_layer) skip the workspace
@@ -147,6 +156,11 @@ class _TorchLevelInterpreter(torch.fx.Interpreter):
                 finally:
                     torch._C._set_mkldnn_enabled(mkldnn)
         return super().call_function(target, args, kwargs)
+
+    def close_open_autocast(self) -> None:
+        """A trace that stopped inside an autocast region must not leave autocast on."""
+        while self.open_autocast:
+            self.open_autocast.pop().__exit__(None, None, None)
 
     def get_attr(self, target, args, kwargs):
         if target in self.state_by_name:
@@ -198,9 +212,13 @@ def trace_program(gm: torch.fx.GraphModule, example_inputs, *, decompose: bool =
         for name in names:
             state_by_name[name] = t
     grad_enabled = torch.is_grad_enabled()
+    interpreter = _TorchLevelInterpreter(gm, tracer, state_by_name)
     try:
         with _swapped_state(gm, state_by_name), tracer.mode, torch.set_grad_enabled(grad_inputs is not None):
-            result = _TorchLevelInterpreter(gm, tracer, state_by_name).run(*tracers[: len(placeholders)])
+            try:
+                result = interpreter.run(*tracers[: len(placeholders)])
+            finally:
+                interpreter.close_open_autocast()
             flat, out_spec = pytree.tree_flatten(result)
             outputs, values = _classify_outputs(tracer, flat)
             user_output_nodes = [tracer.current_node(v) if isinstance(v, TracerTensor) else v for v in flat]

@@ -37,6 +37,7 @@ from .reconstruct import ReturnCodegen, collect_tensor_outputs
 from .sources import ClosureSource, RootFunctionSource
 from .variables.base import NULL
 from .variables.containers import DictVariable, IteratorVariable, ListVariable, SetVariable
+from .variables.autocast import AutocastContextVariable, autocast_expression
 from .variables.contexts import BoundContextMethod, GeneratorContextVariable, GradModeContextVariable
 from .variables.functions import (
     CellVariable, GeneratorVariable, NestedFunctionVariable, OpaqueCallableVariable, OpaqueMethodVariable,
@@ -206,6 +207,8 @@ class BreakStateCodegen(ReturnCodegen):
         if isinstance(value, GradModeContextVariable):
             cls = torch.enable_grad if value.target_mode else torch.no_grad
             return f"{self.codegen.consts.ref(cls, cls.__name__)}()"
+        if isinstance(value, AutocastContextVariable):
+            return autocast_expression(self.codegen.consts, value)
         return super().expr(value)
 
     def _function(self, code, f_globals, qualname, defaults: str, kwdefaults: str, cells: list) -> str:

@@ -29,6 +29,9 @@ from .reconstruct import ReturnCodegen, collect_tensor_outputs
 from .resume import is_resume_code, user_name
 from .sources import ClosureSource, ConstTable, RootFunctionSource
 from .tracer import DECORATE_CONTEXT_CODE, Tracer
+from .variables.autocast import (
+    AUTOCAST_GRAPH_FUNCTIONS, close_open_blocks, enter_ambient_autocast, restore_autocast_on_error,
+)
 from .variables.contexts import set_grad_mode
 from .variables.functions import UserFunctionVariable
 
@@ -156,6 +159,7 @@ def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None 
     try:
         try:
             _refuse_unmodeled_modes(tracer)
+            enter_ambient_autocast(tracer)
             frame = Frame(tracer, fn.__code__, fn.__globals__, bind_root(tracer, fn, args, kwargs),
                           _root_cells(tracer, fn), name=user_name(fn.__code__) if is_resume_code(fn.__code__)
                           else fn.__qualname__)
@@ -172,7 +176,9 @@ def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None 
                     # CPython continues in the grad mode outside the open `with` blocks
                     # (the break code re-enters them).
                     set_grad_mode(tracer, grad_mode_outside_blocks(frame, tracer.grad_enabled))
+                    close_open_blocks(tracer)
                     return _finish_at_break(tracer, fn, frame, stop, backend, start)
+            close_open_blocks(tracer)
             return _finish(tracer, fn, result, options, backend, start)
         finally:
             torch._C._set_grad_enabled(grad_before)
@@ -196,11 +202,11 @@ def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None 
 
 
 def _refuse_unmodeled_modes(tracer: Tracer) -> None:
-    """Autocast and inference mode change what ops compute; capture does not model them.
-    A frame called inside such a block (the resume function after a break in `with
-    torch.autocast(...)`) runs eagerly, under a guard on that mode, so that later calls
-    outside the block capture as usual."""
-    modes = {"autocast": torch._C._is_any_autocast_enabled, "inference mode": torch.is_inference_mode_enabled}
+    """Inference mode changes what ops compute; capture does not model it. A frame
+    called inside such a block runs eagerly, under a guard on that mode, so that later
+    calls outside the block capture as usual. (The caller's autocast is modelled:
+    variables/autocast.py.)"""
+    modes = {"inference mode": torch.is_inference_mode_enabled}
     for name, enabled in modes.items():
         if enabled():
             ref = tracer.consts.ref(enabled, enabled.__name__)
@@ -210,7 +216,7 @@ def _refuse_unmodeled_modes(tracer: Tracer) -> None:
 
 def _has_ops(gm_graph) -> bool:
     return any(n.op in ("call_function", "call_method", "call_module") and n.target is not torch._C._set_grad_enabled
-               for n in gm_graph.nodes)
+               and n.target not in AUTOCAST_GRAPH_FUNCTIONS for n in gm_graph.nodes)
 
 
 def _compile_graph(tracer: Tracer, fn, outputs: list, backend, skip_empty: bool):
@@ -228,6 +234,8 @@ def _compile_graph(tracer: Tracer, fn, outputs: list, backend, skip_empty: bool)
     try:
         with phase_timer.phase("other"):  # the backend times its own phases; the rest is not capture
             compiled = backend(gm, example_inputs)
+        if any(n.target in AUTOCAST_GRAPH_FUNCTIONS for n in gm.graph.nodes):
+            compiled = restore_autocast_on_error(compiled)
     except Exception as e:
         raise BackendCompilerFailed(f"backend {getattr(backend, '__name__', backend)} raised "
                                     f"{type(e).__name__}: {e}") from e

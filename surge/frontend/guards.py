@@ -133,6 +133,11 @@ class GuardSet:
         dtype = self.consts.ref(default_dtype, str(default_dtype).replace("torch.", ""))
         self.add(None, f"is_grad_enabled() is {grad_enabled}", f"torch.is_grad_enabled() is {grad_enabled}")
         self.add(None, f"get_default_dtype() is {dtype}", f"torch.get_default_dtype() is {default_dtype}")
+        # An entry captured outside autocast must not serve a call inside an autocast
+        # region (its ops would run in other dtypes): one C call.
+        self.consts.values["is_any_autocast_enabled"] = torch._C._is_any_autocast_enabled
+        if not torch._C._is_any_autocast_enabled():
+            self.add(None, "is_any_autocast_enabled() is False", "autocast is not enabled")
 
     def render(self) -> str:
         return "\n".join(g.text for g in self.guards)

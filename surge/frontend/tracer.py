@@ -46,6 +46,8 @@ class Tracer:
         self.graph = GraphBuilder()
         self.side_effects = SideEffects()
         self.grad_enabled = torch.is_grad_enabled()
+        # The open torch.autocast blocks (AutocastContextVariables), outermost first.
+        self.autocast_blocks: list = []
         self.current_frame = None
         self.instruction_count = 0
         self._wrapped: dict = {}

@@ -112,8 +112,12 @@ def _load_assertion_error(frame, inst):
 
 @opcode("RAISE_VARARGS")
 def _raise_varargs(frame, inst):
-    if inst.arg != 1:
-        unsupported("re-raising or chaining exceptions in compiled code")
+    if inst.arg not in (1, 2):
+        unsupported("re-raising an exception in compiled code")
+    if inst.arg == 2:
+        # ``raise E from cause``: the cause only decorates the traceback; captured code
+        # reads nothing of a caught exception but its type and args.
+        frame.pop()
     exc = frame.pop()
     if isinstance(exc, ClassVariable) and issubclass(exc.cls, BaseException):
         exc = ExceptionVariable(exc.cls, [])
@@ -144,7 +148,18 @@ def _pop_except(frame, inst):
     frame.pop()
 
 
-@opcode("RERAISE", "WITH_EXCEPT_START", "CLEANUP_THROW", "CHECK_EG_MATCH")
+@opcode("RERAISE")
+def _reraise(frame, inst):
+    # An `except` clause that did not match, a `finally` body run on the way out, or
+    # the cleanup of an exception raised inside a handler: raise it on.
+    exc = frame.pop()
+    if not isinstance(exc, ExceptionVariable):
+        unsupported("re-raising an exception in compiled code")
+    message = ", ".join(str(a.as_constant()) for a in exc.args if a.is_constant())
+    raise RaisedInUserCode(exc.exc_type, message, exc)
+
+
+@opcode("WITH_EXCEPT_START", "CLEANUP_THROW", "CHECK_EG_MATCH")
 def _exceptions(frame, inst):
     unsupported("an exception propagating through a `with` block or re-raised in compiled code")
 

@@ -16,10 +16,14 @@ import torch
 
 from ..sources import AttrSource, ItemSource
 from .base import unsupported
+from .autocast import wrap_autocast_object
 from .builtins import BUILTIN_RULES, BuiltinVariable
 from .constant import ConstantVariable, is_constant_value
 from .containers import DictVariable, IteratorVariable, ListVariable, SetVariable, TupleVariable
-from .functions import OpaqueCallableVariable, UserFunctionVariable, UserMethodVariable, guarded_by_code
+from .functions import (
+    CACHE_WRAPPER_TYPE, OpaqueCallableVariable, UserFunctionVariable, UserMethodVariable, cached_function_variable,
+    guarded_by_code,
+)
 from . import copies, dataclass_rules, signatures  # noqa: F401  (register their rules)
 from .objects import (
     ClassVariable, NNModuleVariable, PythonModuleVariable, UserObjectVariable, WeakRefVariable, is_torch_library_code,
@@ -129,6 +133,8 @@ def _wrap_callable_or_object(tx, value, source):
         if source is not None:
             tx.guards.type_is(source, type(value))
         return GradModeContextVariable(isinstance(value, torch.autograd.grad_mode.enable_grad))
+    if isinstance(value, torch.amp.autocast):
+        return wrap_autocast_object(tx, value, source)
     if _has_rule(value):
         return BuiltinVariable(value, source)
     if isinstance(value, torch._library.custom_ops.CustomOpDef):
@@ -137,6 +143,8 @@ def _wrap_callable_or_object(tx, value, source):
         if source is not None:
             tx.guards.identity(source, value)
         return TorchFunctionVariable(value._opoverload, None)
+    if isinstance(value, CACHE_WRAPPER_TYPE) and isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
+        return cached_function_variable(tx, value, source)
     original = getattr(value, "_surge_original", None)
     if original is not None and isinstance(value, types.FunctionType):
         # A function compiled on its own, called from compiled code: inline its original.

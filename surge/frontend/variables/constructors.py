@@ -15,6 +15,7 @@ from .builtins import BUILTIN_RULES
 from .constant import ConstantVariable
 from .containers import DictVariable, TupleVariable
 from .dict_storage import is_dict_storage_class
+from .autocast import AUTOCAST_CLASSES, construct_autocast
 from .contexts import GRAD_MODE_CLASSES, make_grad_context
 from .objects import NewObjectVariable, bind_class_attribute, static_lookup, _MISSING
 from .torch_fns import PURE_TORCH_CLASSES, call_pure_torch_class
@@ -62,6 +63,8 @@ def construct(tx, class_var, args, kwargs):
         return CLASS_RULES[cls](tx, *args, **kwargs)
     if cls in GRAD_MODE_CLASSES:
         return make_grad_context(tx, cls, args)
+    if cls in AUTOCAST_CLASSES:
+        return construct_autocast(tx, cls, args, kwargs)
     if cls in PURE_TORCH_CLASSES:
         return call_pure_torch_class(tx, cls, args, kwargs)
     if isinstance(cls, type) and issubclass(cls, enum.Enum):

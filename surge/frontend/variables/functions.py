@@ -2,6 +2,7 @@
 and bound methods of tensors, containers and constants."""
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 
@@ -85,6 +86,23 @@ class FunctionVariable(Variable):
             # Capture inlines this very code object, so reading it assumes nothing more.
             return ConstantVariable(self.code)
         unsupported(f"attribute {name!r} of function {self.code.co_name}")
+
+
+# functools.lru_cache / functools.cache wrappers (a C type).
+CACHE_WRAPPER_TYPE = type(functools.lru_cache(maxsize=None)(lambda: None))
+
+
+def cached_function_variable(tx, wrapper, source) -> "UserFunctionVariable":
+    """A call through an lru_cache wrapper inlines the function it wraps: the decorator's
+    contract is that the function is pure, so the cache only saves time, never changes a
+    result. The wrapper's identity is guarded; the function it holds is fixed with it."""
+    from ..sources import ConstSource
+
+    fn = wrapper.__wrapped__
+    if source is not None:
+        tx.guards.identity(source, wrapper)
+        source = ConstSource(fn, f"fn<{fn.__qualname__}>")
+    return UserFunctionVariable(fn, source)
 
 
 class UserFunctionVariable(FunctionVariable):

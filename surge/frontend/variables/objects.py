@@ -10,6 +10,7 @@ import torch
 from torch.distributions.utils import lazy_property
 
 from ..sources import AttrSource, ConstSource, ModuleDictSource
+from .attribute_hooks import ModuleGetattrVariable, call_getattr_hook, module_table_lookup, user_getattr_hook
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .constant import NONE, ConstantVariable
 
@@ -38,10 +39,13 @@ def _is_bindable(value) -> bool:
 
 def bind_class_attribute(tx, self_var: Variable, cls: type, name: str, value):
     """Resolve a class-level attribute found for ``self_var`` (methods bind to it)."""
-    from .functions import UserFunctionVariable, UserMethodVariable
+    from .functions import CACHE_WRAPPER_TYPE, UserFunctionVariable, UserMethodVariable
 
     if isinstance(value, types.FunctionType):
         return UserMethodVariable(UserFunctionVariable(value), self_var)
+    if isinstance(value, CACHE_WRAPPER_TYPE) and isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
+        # An lru_cache'd method: the wrapped function, bound (the cache is pure, see functions.py).
+        return UserMethodVariable(UserFunctionVariable(value.__wrapped__), self_var)
     if isinstance(value, staticmethod):
         return tx.wrap(value.__func__, None)
     if isinstance(value, classmethod):
@@ -170,6 +174,9 @@ class ObjectVariable(Variable):
         tx.side_effects.store_attribute(self.obj, self.source, name, value)
 
     def getattr_fallback(self, tx, name):
+        hook = user_getattr_hook(type(self.obj))
+        if hook is not None:
+            return call_getattr_hook(tx, self, hook, name)
         if static_lookup(type(self.obj), "__getattr__") is not _MISSING:
             unsupported(f"custom __getattr__ of {type(self.obj).__qualname__}")
         raise AttributeMissing(name)
@@ -212,14 +219,14 @@ class NNModuleVariable(ObjectVariable):
         return ConstSource(self.obj, self.source.name())
 
     def getattr_fallback(self, tx, name):
-        src = self.child_source()
-        for table in ("_parameters", "_buffers", "_modules"):
-            entries = self.obj.__dict__.get(table)
-            if entries is not None and name in entries:
-                return tx.wrap(entries[name], ModuleDictSource(src, table, name) if src is not None else None)
+        # Python calls the class's own __getattr__ first; it reaches the tables through
+        # super().__getattr__ (ModuleGetattrVariable).
+        hook = user_getattr_hook(type(self.obj))
+        if hook is not None:
+            return call_getattr_hook(tx, self, hook, name)
         if static_lookup(type(self.obj), "__getattr__") is not static_lookup(torch.nn.Module, "__getattr__"):
             unsupported(f"custom __getattr__ of {type(self.obj).__qualname__}")
-        raise AttributeMissing(name)
+        return module_table_lookup(tx, self, name)
 
     def getattr(self, tx, name):
         stored = tx.side_effects.attribute(self.obj, name)
@@ -657,6 +664,8 @@ class SuperVariable(Variable):
                 if klass is object and name in ("__setattr__", "__getattribute__") \
                         and isinstance(self.self_var, (NewObjectVariable, UserObjectVariable)):
                     return ObjectSlotVariable(self.self_var, name)
+                if klass is torch.nn.Module and name == "__getattr__" and isinstance(self.self_var, NNModuleVariable):
+                    return ModuleGetattrVariable(self.self_var)
                 if isinstance(value, types.FunctionType) and value.__qualname__.startswith("Module.") \
                         and name != "forward":
                     unsupported(f"super().{name}() of nn.Module in compiled code")
@@ -743,6 +752,11 @@ class PythonModuleVariable(Variable):
         return True
 
     def getattr(self, tx, name):
+        hook = self.module.__dict__.get("__getattr__")
+        if name not in self.module.__dict__ and isinstance(hook, types.FunctionType) \
+                and self.module.__name__.split(".")[0] not in TRUSTED_MODULES:
+            # Library modules' hooks (lazy submodule imports) run for real below.
+            return self.call_module_getattr(tx, hook, name)
         try:
             value = getattr(self.module, name)
         except AttributeError:
@@ -752,6 +766,25 @@ class PythonModuleVariable(Variable):
         trusted = self.module.__name__.split(".")[0] in TRUSTED_MODULES
         source = None if trusted or self.source is None else AttrSource(ConstSource(self.module, self.module.__name__), name)
         return tx.wrap(value, source)
+
+
+    def call_module_getattr(self, tx, hook, name):
+        """A module-level ``__getattr__`` (PEP 562), traced when ``name`` is not a global of
+        the module; that absence and the hook's identity are guarded."""
+        from .base import RaisedInUserCode
+        from .functions import UserFunctionVariable
+
+        if self.source is not None:
+            module_source = ConstSource(self.module, self.module.__name__)
+            tx.guards.add(module_source, f"{name!r} not in {{v}}.__dict__",
+                          f"module {self.module.__name__} has no global {name!r}")
+            tx.guards.identity(AttrSource(module_source, "__getattr__"), hook)
+        try:
+            return UserFunctionVariable(hook).call(tx, [ConstantVariable(name)], {})
+        except RaisedInUserCode as e:
+            if issubclass(e.exc_type, AttributeError):
+                raise AttributeMissing(name) from None
+            raise
 
 
 TRUSTED_MODULES = {"torch", "math", "operator", "functools", "itertools", "collections", "typing",

@@ -15,6 +15,7 @@ import torch
 from ...registry import rule_registrar
 from .. import meta as meta_utils
 from ..graph_builder import run_on_meta
+from .autocast import run_under_autocast
 from .base import AttributeMissing, Variable, unsupported
 from .constant import ConstantVariable, is_constant_value
 
@@ -118,7 +119,11 @@ def record_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable:
     meta_args, meta_kwargs, explicit_device = meta_utils.strip_devices(
         target, tuple(meta_args), meta_kwargs, kind == "call_method"
     )
-    result = run_on_meta(kind, target, meta_args, meta_kwargs)
+    if tx.autocast_blocks:
+        result = run_under_autocast(tx.autocast_blocks, lambda a, k: run_on_meta(kind, target, a, k),
+                                    meta_args, meta_kwargs, devices)
+    else:
+        result = run_on_meta(kind, target, meta_args, meta_kwargs)
     if not devices and not isinstance(result, (torch.Tensor, tuple, list)) and is_constant_value(result):
         # No tensor went in, so the result is a plain function of Python values.
         return ConstantVariable(result)

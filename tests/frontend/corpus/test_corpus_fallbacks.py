@@ -260,15 +260,25 @@ def print_inside_contextmanager_block(x):
 
 
 def break_inside_autocast(x):
-    with torch.autocast("cpu", dtype=torch.bfloat16):  # UNSUPPORTED
+    with torch.autocast("cpu", dtype=torch.bfloat16):
         y = x @ x.t()
         surge.graph_break()
     return y.float()
 
 
-# Frames that cannot be captured past a point: inside an autocast block (autocast
-# state is not captured), the frame is split at the `with` and the rest runs eagerly.
-STILL_FALLING_BACK = [break_inside_autocast]
+def break_while_iterating_a_generator(x):
+    def gen():
+        yield x * 2
+        yield x * 3
+    total = 0
+    for y in gen():
+        total = total + y
+        surge.graph_break()  # UNSUPPORTED
+    return total.float()
+
+
+# Frames that cannot be split at their break: the generator is paused inside the trace.
+STILL_FALLING_BACK = [break_while_iterating_a_generator]
 
 
 @pytest.mark.parametrize("program", STILL_FALLING_BACK, ids=[p.__name__ for p in STILL_FALLING_BACK])
@@ -276,7 +286,7 @@ def test_frame_that_cannot_be_split_falls_back(program, capsys):
     check_fallback(program, _grad_input)
     # Eager and the fallback each printed on both calls, in order.
     lines = capsys.readouterr().out.splitlines()
-    per_call = {break_inside_autocast: []}[program]
+    per_call = {break_while_iterating_a_generator: []}[program]
     assert lines == per_call * 4
 
 
@@ -293,6 +303,8 @@ SPLIT_NOW = {
     # Split where the context manager is made (CPython makes the real one), at the
     # `with`, at the print and at the exit; x * 2 is the one graph.
     print_inside_contextmanager_block: (1, 4),
+    # The prefix graph leaves the autocast block; the resume function re-enters it.
+    break_inside_autocast: (2, 1),
 }
 
 
