@@ -61,7 +61,7 @@ class Instance:
     def tolerance(self) -> tuple[float, float]:
         """(rtol, atol) for comparing a compiled result with eager's."""
         if self.dtype in (torch.bfloat16, torch.float16):
-            return (2e-2, 2e-2)  # bench.compare reads rtol as a relative error norm here
+            return (4e-2, 4e-2)  # when no float32 reference judges the result (bench.compare_low_precision)
         # Fused kernels and reordered reductions differ from eager in the last bits;
         # training gradients go through many such reductions.
         return (1e-3, 1e-3) if self.training else (1e-4, 1e-4)

@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from surge.tools import workloads
-from surge.tools.bench import compare
+from surge.tools import bench
+from surge.tools.bench import compare, compare_low_precision, float32_reference
 
 REQUIRED = ("seed_block_fp32", "seed_block_bf16", "layernorm_gelu", "softmax", "rmsnorm_bf16",
             "pointwise_chain_60", "gpt_block", "mlp_train")
@@ -36,15 +37,26 @@ def test_compare_catches_wrong_values_shapes_and_structure():
     assert not compare(x.double(), x, 1, 1)[0]
 
 
-def test_compare_judges_low_precision_by_relative_error_norm():
-    e = torch.randn(256, 256).bfloat16()
-    rounding = (e.float() * (1 + 4e-3 * torch.randn(256, 256))).bfloat16()
-    rounding[0, 0] = e[0, 0] * 1.5  # one element far off, as deep bf16 models produce
-    assert compare(rounding, e, 2e-2, 2e-2)[0]
-    assert not compare(e.flip(0), e, 2e-2, 2e-2)[0]  # wrong code: O(1) relative error
-    nan = e.clone()
+def test_low_precision_results_are_judged_against_a_float32_reference():
+    reference = torch.randn(256, 256)
+    eager = (reference * (1 + 4e-3 * torch.randn(256, 256))).bfloat16()   # eager's own rounding
+    other = (reference * (1 + 4e-3 * torch.randn(256, 256))).bfloat16()   # another correct compiler
+    other[0, 0] = eager[0, 0] * 1.5  # one element far from eager's, as deep bf16 models produce
+    assert compare_low_precision(other, eager, reference)[0]
+    assert not compare_low_precision(eager.flip(0), eager, reference)[0]   # wrong code
+    assert not compare_low_precision((reference * 1.05).bfloat16(), eager, reference)[0]  # 5% off
+    nan = other.clone()
     nan[3, 3] = float("nan")
-    assert not compare(nan, e, 2e-2, 2e-2)[0]
+    assert not compare_low_precision(nan, eager, reference)[0]
+
+
+def test_the_float32_reference_upcasts_weights_and_inputs():
+    inst = workloads.build("seed_block_bf16", "cpu", "quick")
+    inputs = inst.make_inputs(1)
+    reference = float32_reference(inst, inputs)
+    assert all(t.dtype == torch.float32 for t in bench.flatten_tensors(reference))
+    assert float32_reference(workloads.build("softmax", "cpu", "quick"), inputs) is None
+
 
 
 def test_bandwidth_workloads_count_at_least_their_input_and_output():
