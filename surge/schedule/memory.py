@@ -4,7 +4,10 @@ Each buffer that reaches memory is allocated by the step that writes it and
 freed after the last step that reads it (graph outputs live on). A kernel
 output reuses the storage of a dead buffer of the same size, layout and
 dtype instead of allocating; a buffer is never reused by the step that reads
-it last, so no kernel writes memory it is still reading.
+it last, so no kernel writes memory it is still reading. Dead buffers are kept
+for reuse only until the next extern call: that call allocates through torch's
+allocator, which would otherwise not get them back, and the peak would rise
+above eager's (e.g. attention probabilities held across the next matmul).
 """
 from __future__ import annotations
 
@@ -91,6 +94,8 @@ def plan_memory(graph: LoopGraph, steps: list) -> MemoryPlan:
     plan = MemoryPlan([StepMemory() for _ in steps])
     for k, step in enumerate(steps):
         sm = plan.steps[k]
+        if not isinstance(step, KernelGroup):
+            pool.clear()  # freed for real at their last use: the extern's allocation may take them
         if isinstance(step, KernelGroup):
             for name in step.stores:
                 buf = by_name[name]
