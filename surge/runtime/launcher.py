@@ -62,8 +62,14 @@ def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tu
             with phase_timer.compile(f"first launch of {name}"), phase_timer.phase("kernel_compile"):
                 return first_launch(args)
         direct = state.get("direct")
-        if direct is None or not direct(args):
-            state["bound"](*args, *sizes, **config)
+        if direct is not None:
+            try:
+                if direct(args):
+                    return
+            except (TypeError, ValueError) as error:  # the binary's launcher refused our arguments
+                state["direct"] = None
+                logs.log("perf", f"direct launch of {name} refused ({error}); launching through Triton")
+        state["bound"](*args, *sizes, **config)
 
     launch.configs = configs
     launch.state = state
