@@ -61,7 +61,7 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs, *, fw_compiler: Compil
     before tracing; the compilers' results must then describe themselves (``artifact()``)."""
     defer_dynamo_import()  # the tracer's dispatch modes would import Dynamo on their first call
     compiled = AotCompiled(gm, fw_compiler, bw_compiler or fw_compiler, options or Options(), cache)
-    compiled.variant_for(list(example_inputs) + compiled.state_values())
+    compiled.variant_for(list(example_inputs) + compiled.state_values(), _autocast_state())
     return compiled
 
 
@@ -87,10 +87,11 @@ class AotCompiled:
 
     def __call__(self, *args):
         inputs = list(args) + self.state_values()
-        runner = self.variant_for(inputs)
+        autocast = _autocast_state()
+        runner = self.variant_for(inputs, autocast)
         if runner.program.mutated_inputs and _mutated_input_aliases(runner.program.mutated_inputs, inputs):
             return self._run_eagerly(args)
-        if _autocast_state():
+        if autocast:
             # The variant was traced under this autocast state: its casts are in
             # the graphs, and generated kernels must not be cast again.
             with torch._C._DisableAutocast():
@@ -114,10 +115,10 @@ class AotCompiled:
                                   "running the graph eagerly for such calls")
         return self.gm(*args)
 
-    def variant_for(self, inputs: list):
+    def variant_for(self, inputs: list, autocast: tuple):
         flags = tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
         training = torch.is_grad_enabled() and any(flags)
-        key = (flags if training else (), _autocast_state())
+        key = (flags if training else (), autocast)
         runner = self.variants.get(key)
         if runner is None:
             start = time.perf_counter()
@@ -259,6 +260,8 @@ def _distinct_values(gm: torch.fx.GraphModule, start: int, stop: int) -> None:
 
 def _autocast_state() -> tuple:
     """Ambient autocast (device, dtype) pairs: tracing bakes their casts into the graphs."""
+    if not torch._C._is_any_autocast_enabled():  # the common case, one call
+        return ()
     return tuple((device, torch.get_autocast_dtype(device))
                  for device in ("cpu", "cuda") if torch.is_autocast_enabled(device))
 

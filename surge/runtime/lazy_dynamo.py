@@ -10,10 +10,11 @@ build the real disabling wrapper, and caches it on the wrapped function as
 
 Until ``torch._dynamo`` is imported, Dynamo cannot be tracing anything, so
 disabling it is a no-op. ``defer_dynamo_import`` gives each such wrapper a
-``__dynamo_disable`` that calls the function directly while that holds, and
-switches to the real ``torch._dynamo.disable`` once someone else has imported
-Dynamo (``torch.compile`` in the same process, say): behaviour is torch's own
-in both cases, only the import is no longer forced by surge's tracing.
+``__dynamo_disable`` that calls the function directly while that holds. Once
+someone else has imported Dynamo (``torch.compile`` in the same process, say),
+it removes itself and hands the call to torch's wrapper, which then builds
+Dynamo's disable as it always does: surge never calls Dynamo, and behaviour is
+torch's own in both cases; only the import is no longer forced by surge's tracing.
 
 Wrappers are recognised by the code object of ``torch._disable_dynamo``'s inner
 function; on a torch where that shape differs nothing is changed.
@@ -26,31 +27,30 @@ import types
 # Modules whose functions meta tensors and surge's tracing run through.
 _MODULE_PREFIXES = ("torch._refs", "torch._prims", "torch._decomp", "torch._meta_registrations")
 _MAX_DEPTH = 8
+# Where torch's wrapper caches the disabled function (read on every call).
+_ATTRIBUTE = "__dynamo_disable"
 _scanned_modules: set[str] = set()
 _patched_classes: set[type] = set()
 
 
 class _DisableWhenDynamoLoaded:
-    """``fn`` as is while torch._dynamo is not imported; Dynamo's disable of it after."""
+    """``fn`` as is while torch._dynamo is not imported; torch's own wrapper after."""
 
-    __slots__ = ("fn", "recursive", "real")
+    __slots__ = ("fn", "wrapper")
 
-    def __init__(self, fn, recursive: bool):
+    def __init__(self, fn, wrapper):
         self.fn = fn
-        self.recursive = recursive
-        self.real = None
+        self.wrapper = wrapper
 
     def __call__(self, *args, **kwargs):
-        if self.real is None:
-            dynamo = sys.modules.get("torch._dynamo")
-            if dynamo is None or not hasattr(dynamo, "disable"):
-                return self.fn(*args, **kwargs)
-            self.real = dynamo.disable(self.fn, self.recursive, wrapping=False)
-            try:  # from now on torch's wrapper finds Dynamo's own disable, as if never patched
-                self.fn.__dynamo_disable = self.real
-            except (AttributeError, TypeError):
-                pass
-        return self.real(*args, **kwargs)
+        dynamo = sys.modules.get("torch._dynamo")
+        if dynamo is None or not hasattr(dynamo, "disable"):
+            return self.fn(*args, **kwargs)
+        # Someone imported Dynamo: step aside for good. torch's wrapper, finding no
+        # cached disable, builds Dynamo's own as if this module had never been here.
+        if getattr(self.fn, _ATTRIBUTE, None) is self:
+            delattr(self.fn, _ATTRIBUTE)
+        return self.wrapper(*args, **kwargs)
 
 
 def _wrapper_code():
@@ -68,12 +68,12 @@ def _wrapper_code():
 def _patch(wrapper) -> None:
     cells = dict(zip(wrapper.__code__.co_freevars, wrapper.__closure__))
     try:
-        fn, recursive = cells["fn"].cell_contents, cells["recursive"].cell_contents
+        fn = cells["fn"].cell_contents
     except ValueError:  # an empty cell: not the wrapper we know
         return
-    if getattr(fn, "__dynamo_disable", None) is None:
+    if getattr(fn, _ATTRIBUTE, None) is None:
         try:
-            fn.__dynamo_disable = _DisableWhenDynamoLoaded(fn, recursive)
+            setattr(fn, _ATTRIBUTE, _DisableWhenDynamoLoaded(fn, wrapper))
         except (AttributeError, TypeError):  # a builtin that takes no attributes
             pass
 
