@@ -53,9 +53,19 @@ def child(args) -> None:
     def compile_and_call():
         compiled = make_contender(args.contender, backend).compile(target)
         return instance.run(compiled, target, inputs)
+    profiler = None
+    if args.profile:
+        import cProfile
+        profiler = cProfile.Profile()
+        profiler.enable()
     print(BEGIN, file=sys.stderr, flush=True)
     seconds, _ = timing.timed_once(compile_and_call, args.device)
     print(END, file=sys.stderr, flush=True)
+    if profiler is not None:
+        import pstats
+        profiler.disable()
+        with open(f"{args.profile}.{args.child}.{args.contender}.{args.run}.txt", "w") as f:
+            pstats.Stats(profiler, stream=f).sort_stats("cumulative").print_stats(60)
     phases = phase_timer.summary() if args.contender == "surge" else {}
     counters = {k: v for k, v in surge.counters.items() if k in ("graph_cache_hits", "cpp_compiles", "kernels")}
     print(json.dumps({"import_torch_s": t1 - t0, "import_surge_s": t2 - t1, "first_call_s": seconds,
@@ -83,9 +93,11 @@ def imports_in_window(stderr: str) -> dict:
     return totals
 
 
-def run_child(args, workload: str, contender: str, env: dict) -> dict:
+def run_child(args, workload: str, contender: str, run: str, env: dict) -> dict:
     cmd = [sys.executable, "-X", "importtime", os.path.abspath(__file__), "--child", workload,
-           "--contender", contender, "--device", args.device, "--backend", args.backend or ""]
+           "--contender", contender, "--device", args.device, "--backend", args.backend or "", "--run", run]
+    if args.profile:
+        cmd += ["--profile", args.profile]
     if args.full:
         cmd.append("--full")
     if args.threads:
@@ -141,7 +153,10 @@ def main(argv=None) -> int:
                    help="cold+warm pairs per workload and contender; the summary takes the fastest "
                         "(the least disturbed on a shared machine)")
     p.add_argument("--json", metavar="FILE")
+    p.add_argument("--profile", metavar="PREFIX",
+                   help="write each child's cProfile of the timed span to PREFIX.<workload>.<contender>.<run>.txt")
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--run", help=argparse.SUPPRESS)
     p.add_argument("--contender", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.backend = args.backend or None
@@ -157,7 +172,7 @@ def main(argv=None) -> int:
                                PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
                     env.update({var: os.path.join(root, var.lower()) for var in CACHE_VARS})
                     for run in ("cold", "warm"):
-                        r = run_child(args, workload, contender, env)
+                        r = run_child(args, workload, contender, run, env)
                         print(report(workload, contender, run, r), end="", flush=True)
                         results.append(dict(r, workload=workload, contender=contender, run=run))
     print(summary(results))
