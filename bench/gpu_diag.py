@@ -4,8 +4,8 @@ For each of gpt_bundled, gpt_block and llama_bundled (full size on CUDA): compil
 with surge and with torch.compile, check surge against eager, print surge's
 fallbacks and counters, the time per call of eager / surge / torch.compile, the
 peak memory of one forward, and the top CUDA kernels of each under
-torch.profiler. Then the lm-head matmul of GPT-2 in bf16 with contiguous and
-with 16-byte aligned logit rows.
+torch.profiler. Then misaligned bf16 matmuls (GPT-2's 50257-wide lm head among
+them), eager against padded, with the padding decision surge's lowering makes.
 
     python bench/gpu_diag.py [--scale full|quick] [--workloads gpt_bundled,gpt_block] [--rows 14]
 """
@@ -90,30 +90,29 @@ def diagnose(name: str, scale: str, rows: int) -> None:
         top_kernels(f"{name} / {label}", runs[label], rows)
 
 
-def lm_head_alignment(tokens: int = 8192, width: int = 768, vocab: int = 50257) -> None:
-    """GPT-2's tied lm head in bf16: the vocabulary (50257) leaves the logits' rows unaligned.
-    Times eager's matmul into contiguous logits against the same matmul into logits whose
-    rows are padded to 16 bytes (``mm.out``), and the copy back to contiguous."""
-    x = torch.randn(tokens, width, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(vocab, width, device="cuda", dtype=torch.bfloat16)
-    padded_vocab = (vocab + 7) // 8 * 8
-    padded = torch.empty_strided((tokens, vocab), (padded_vocab, 1), device="cuda", dtype=torch.bfloat16)
-    dense = torch.empty(tokens, vocab, device="cuda", dtype=torch.bfloat16)
-    print(f"\n== lm head {tokens}x{width} @ {width}x{vocab} (bf16)")
-    print(f"  x @ w.t() (contiguous logits):      {time_ms(lambda: x @ w.t()):8.3f} ms")
-    print(f"  mm.out into rows padded to {padded_vocab}: "
-          f"{time_ms(lambda: torch.ops.aten.mm.out(x, w.t(), out=padded)):8.3f} ms")
-    print(f"  copy padded -> contiguous:          {time_ms(lambda: dense.copy_(padded)):8.3f} ms")
-    w_padded = torch.zeros(padded_vocab, width, device="cuda", dtype=torch.bfloat16)
-    w_padded[:vocab] = w
-    print(f"  padded weight, padded logits:       {time_ms(lambda: x @ w_padded.t()):8.3f} ms "
-          f"(+ padding the weight: {time_ms(lambda: w_padded[:vocab].copy_(w)):.3f} ms)")
-    aligned = vocab // 8 * 8
-    print(f"  aligned columns into contiguous logits + tail: "
-          f"{time_ms(lambda: (torch.ops.aten.mm.out(x, w[:aligned].t(), out=dense[:, :aligned]), torch.ops.aten.mm.out(x, w[aligned:].t(), out=dense[:, aligned:]))):8.3f} ms")
-    transposed = torch.empty(vocab, tokens, device="cuda", dtype=torch.bfloat16)
-    print(f"  transposed logits (w @ x.t()):      {time_ms(lambda: torch.ops.aten.mm.out(w, x.t(), out=transposed)):8.3f} ms")
-    top_kernels("lm head, padded weight", lambda: x @ w_padded.t(), 4)
+def matmul_padding_sweep() -> None:
+    """Misaligned bf16 matmuls (N or K not a multiple of 8) as eager runs them, against the
+    padded form surge's lowering uses (zero-padded operand copies, then the aligned mm), with
+    what ``matmul_padding.worth_padding`` decides for each size."""
+    from surge.lowering.matmul_padding import _round_up, worth_padding
+    print("\n== misaligned bf16 matmuls: eager vs padded (pad copies included)")
+    print(f"{'M':>6} {'K':>6} {'N':>6} {'eager ms':>9} {'padded ms':>10} {'pads?':>6}")
+    for m, k, n in ((1, 768, 50257), (16, 768, 50257), (128, 768, 50257), (1024, 768, 50257),
+                    (8192, 768, 50257), (8192, 50257, 768), (4096, 4093, 4096), (512, 1000, 1000)):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        k_pad, n_pad = _round_up(k), _round_up(n)
+        x_pad = torch.zeros(m, k_pad, device="cuda", dtype=torch.bfloat16)
+        w_pad = torch.zeros(n_pad, k_pad, device="cuda", dtype=torch.bfloat16)
+
+        def padded():
+            if k_pad != k:
+                x_pad[:, :k].copy_(x)
+            w_pad[:n, :k].copy_(w)
+            return (x_pad if k_pad != k else x) @ w_pad.t()
+        decision = worth_padding(m, k, n, k_pad != k, n_pad != n, 2)
+        print(f"{m:6} {k:6} {n:6} {time_ms(lambda: x @ w.t()):9.3f} {time_ms(padded):10.3f} "
+              f"{'yes' if decision else 'no':>6}")
 
 
 def main() -> None:
@@ -121,13 +120,14 @@ def main() -> None:
     parser.add_argument("--scale", default="full", choices=workloads.SCALES)
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--rows", type=int, default=14)
+    parser.add_argument("--padding-only", action="store_true", help="only the matmul padding sweep")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench/gpu_diag.py needs a CUDA device")
     with torch.no_grad():
-        for name in filter(None, args.workloads.split(",")):
+        for name in [] if args.padding_only else filter(None, args.workloads.split(",")):
             diagnose(name, args.scale, args.rows)
-        lm_head_alignment()
+        matmul_padding_sweep()
 
 
 if __name__ == "__main__":

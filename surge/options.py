@@ -54,6 +54,9 @@ class Options:
     # A reduction of at least this many elements per row over few rows is split in two
     # kernels (partials, then their combination) so that it fills the machine.
     split_reduction_min_elements: int = 65536
+    # 16-bit matmuls whose sizes are not multiples of 8 run on zero-padded operands
+    # (cuBLAS is several times slower on misaligned rows); None: on CUDA only.
+    pad_matmuls: bool | None = None
 
     @staticmethod
     def from_env() -> "Options":
@@ -65,6 +68,7 @@ class Options:
             raise_internal_errors=_env_bool("SURGE_RAISE_INTERNAL_ERRORS", False),
             graph_cache=_env_bool("SURGE_GRAPH_CACHE", True),
             split_reduction_min_elements=_env_int("SURGE_SPLIT_REDUCTION_MIN_ELEMENTS", 65536),
+            pad_matmuls=_env_bool("SURGE_PAD_MATMULS", None),
         )
 
     def replace(self, **changes: Any) -> "Options":

@@ -143,7 +143,7 @@ def _host_module(aten_gm, example_inputs, options: Options, cache_dir: str, tool
     constants = _constants_of(aten_gm)
     key = code_cache.graph_key(aten_gm, example_inputs, constants,
                                ("cpp", prefix, toolchain.version, toolchain.cpu, toolchain.vector_math,
-                                options.split_reduction_min_elements))
+                                options.split_reduction_min_elements, options.pad_matmuls))
     path = os.path.join(cache_dir, "cpp_graphs", f"{key}.py")
     schedule, hit = None, os.path.exists(path)
     if hit:
@@ -155,7 +155,8 @@ def _host_module(aten_gm, example_inputs, options: Options, cache_dir: str, tool
         from ..lowering.lower import lower_graph
         from ..schedule import schedule_graph
 
-        graph, _ = lower_graph(aten_gm, example_inputs, split_threshold=options.split_reduction_min_elements)
+        graph, _ = lower_graph(aten_gm, example_inputs, split_threshold=options.split_reduction_min_elements,
+                               pad_matmuls=options.pad_matmuls)
         if graph.device.type != "cpu":
             raise SurgeError(f"the cpp backend runs CPU tensors, this graph's are on {graph.device}")
         write_current(options, "loop_ir.txt", graph.__str__)

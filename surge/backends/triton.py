@@ -84,8 +84,9 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
     options = options or Options.from_env()
     cache_dir = default_cache_dir(options)
     constants = _constants_of(aten_gm)
-    key = code_cache.graph_key(aten_gm, example_inputs, constants, (persistent_limit, interpreting(),
-                                                                       options.split_reduction_min_elements))
+    key = code_cache.graph_key(aten_gm, example_inputs, constants,
+                               (persistent_limit, interpreting(), options.split_reduction_min_elements,
+                                options.pad_matmuls))
     path = code_cache.module_path(cache_dir, key)
     schedule, hit = None, os.path.exists(path)
     if hit:
@@ -93,7 +94,8 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
             source = f.read()
     else:
         try:
-            graph, _ = lower_graph(aten_gm, example_inputs, split_threshold=options.split_reduction_min_elements)
+            graph, _ = lower_graph(aten_gm, example_inputs, split_threshold=options.split_reduction_min_elements,
+                                   pad_matmuls=options.pad_matmuls)
             write_current(options, "loop_ir.txt", graph.__str__)
             schedule = schedule_graph(graph)
             write_current(options, "schedule.txt", schedule.__str__)

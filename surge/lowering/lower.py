@@ -17,7 +17,7 @@ import torch.fx
 from .. import logs
 from ..errors import SurgeError
 from ..tools.phases import phase_timer
-from . import ops_index, ops_pointwise, ops_reduction, ops_view  # noqa: F401  (register rules)
+from . import matmul_padding, ops_index, ops_pointwise, ops_reduction, ops_view  # noqa: F401  (register rules)
 from .ir import (
     ComputedBuffer, ExternBuffer, GraphOutput, InputBuffer, Layout, LoopGraph, TensorArg,
 )
@@ -63,9 +63,10 @@ class Lowering:
     """The state of lowering one graph; lowering rules receive it as ``ctx``."""
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs, device: torch.device,
-                 split_threshold: int = SPLIT_REDUCTION_MIN_ELEMENTS):
+                 split_threshold: int = SPLIT_REDUCTION_MIN_ELEMENTS, pad_matmuls: bool = False):
         self.gm = gm
         self.split_threshold = split_threshold
+        self.pad_matmuls = pad_matmuls
         self.example_inputs = list(example_inputs)
         self.device = device
         self.inputs: list[InputBuffer] = []
@@ -162,7 +163,7 @@ class Lowering:
         self.buffers.append(buf)
         return LazyTensor.of_buffer(buf.name, layout, dtype, t.device)
 
-    def extern(self, target, args, kwargs) -> object:
+    def extern(self, target, args, kwargs, result_meta=None) -> object:
         """Call ATen ``target`` on realized arguments.
 
         The result's layouts are what the op makes of the arguments as realized
@@ -170,7 +171,8 @@ class Lowering:
         laid out otherwise than the traced one, and kernels index the result by its
         layout. An op returning several values gets one buffer per tensor element
         that the graph reads; its Python scalars (sizes, which a meta run can only
-        derive from shapes) become constants.
+        derive from shapes) become constants. A rule that calls an op on arguments of
+        other sizes than traced gives the result's meta tensor (``result_meta``).
         """
         def to_arg(a):
             if isinstance(a, LazyTensor):
@@ -184,7 +186,8 @@ class Lowering:
         args = tuple(to_arg(a) for a in args)
         kwargs = {k: to_arg(v) for k, v in kwargs.items()}
         loc = self.location()
-        val = extern_result_meta(target, args, kwargs, self.by_name, self.node, self.out_meta)
+        val = result_meta if result_meta is not None else extern_result_meta(
+            target, args, kwargs, self.by_name, self.node, self.out_meta)
         if isinstance(val, torch.Tensor):
             buf = ExternBuffer(self.new_name(), _layout_of(val), val.dtype, self.device,
                                op=target, args=args, kwargs=kwargs, location=loc)
@@ -416,15 +419,19 @@ def _all_tensors_on(device, args, kwargs) -> bool:
 
 @phase_timer.phase("lowering")
 def lower_graph(gm: torch.fx.GraphModule, example_inputs, device: torch.device | None = None, *,
-                split_threshold: int | None = None):
+                split_threshold: int | None = None, pad_matmuls: bool | None = None):
     """The ``LoopGraph`` of ``gm``, plus the constant tensors it reads as extra inputs.
 
     ``split_threshold``: reductions of at least this many elements per row over few
-    rows are split in two (default ``SPLIT_REDUCTION_MIN_ELEMENTS``)."""
+    rows are split in two (default ``SPLIT_REDUCTION_MIN_ELEMENTS``). ``pad_matmuls``:
+    16-bit matmuls with misaligned sizes run on padded operands (``matmul_padding``;
+    default: on CUDA)."""
     if device is None:
         device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
     if split_threshold is None:
         split_threshold = SPLIT_REDUCTION_MIN_ELEMENTS
-    lowering = Lowering(gm, example_inputs, device, split_threshold)
+    if pad_matmuls is None:
+        pad_matmuls = device.type == "cuda"
+    lowering = Lowering(gm, example_inputs, device, split_threshold, pad_matmuls)
     graph = lowering.run()
     return graph, lowering.constants

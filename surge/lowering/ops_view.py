@@ -112,6 +112,10 @@ def view(ctx, x, size):
     new = None
     if lay is not None and _is_contiguous(lay):
         new = Layout(shape, contiguous_strides(shape), lay.offset)
+    elif lay is not None:
+        strides = view_strides(lay.shape, lay.stride, shape)
+        if strides is not None:
+            new = Layout(shape, strides, lay.offset)
 
     def remap(idx):
         linear = sum((i * s for i, s in zip(idx, contiguous_strides(shape))), sympy.Integer(0))
@@ -120,6 +124,38 @@ def view(ctx, x, size):
         # only size-1 dims change: keep strided
         return _reshape_ones(x, shape)
     return x.with_view(shape, new, remap)
+
+
+def view_strides(old_shape, old_stride, new_shape):
+    """Strides that view a strided tensor as ``new_shape`` without a copy, or None.
+
+    Walks the old dims from the innermost in chunks that are contiguous with each
+    other (each dim's stride the next one's extent); the new dims must split those
+    chunks exactly. Sizes must be known numbers."""
+    if not all(getattr(v, "is_Integer", False) for v in (*old_shape, *old_stride, *new_shape)):
+        return None
+    old_shape, old_stride, new_shape = ([int(v) for v in seq] for seq in (old_shape, old_stride, new_shape))
+    if not old_shape or 0 in old_shape:
+        return None
+    new_stride = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk_stride, chunk_numel, view_numel = old_stride[-1], 1, 1
+    for d in range(len(old_shape) - 1, -1, -1):
+        chunk_numel *= old_shape[d]
+        chunk_ends = d == 0 or (old_shape[d - 1] != 1 and old_stride[d - 1] != chunk_numel * chunk_stride)
+        if not chunk_ends:
+            continue
+        while view_d >= 0 and (view_numel < chunk_numel or new_shape[view_d] == 1):
+            new_stride[view_d] = view_numel * chunk_stride
+            view_numel *= new_shape[view_d]
+            view_d -= 1
+        if view_numel != chunk_numel:
+            return None
+        if d > 0:
+            chunk_stride, chunk_numel, view_numel = old_stride[d - 1], 1, 1
+    if view_d != -1:
+        return None
+    return tuple(sympy.Integer(s) for s in new_stride)
 
 
 def _reshape_ones(x, shape):

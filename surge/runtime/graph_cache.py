@@ -281,7 +281,8 @@ class CacheSpec:
     def key(self, gm, inputs: list, variant: tuple, options) -> str | None:
         return graph_key(gm, inputs, variant, self.knobs + (("fallback_random", options.fallback_random),
                                                                 ("split_reduction_min_elements",
-                                                                 options.split_reduction_min_elements)))
+                                                                 options.split_reduction_min_elements),
+                                                                ("pad_matmuls", options.pad_matmuls)))
 
     def load(self, key: str):
         """(program, forward, backward or None) of a stored variant, or None."""

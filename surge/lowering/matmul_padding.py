@@ -1,0 +1,129 @@
+"""Matmuls with 16-bit operands padded to aligned sizes on CUDA.
+
+cuBLAS picks its fast (tensor-memory-accelerated) kernels only when every
+matrix's leading dimension is a multiple of 16 bytes. A language model's head
+multiplies by a vocabulary of 50257 rows: the output's rows are 50257 elements
+apart and cuBLAS falls back to a kernel several times slower (on an H200,
+8192x768 @ 768x50257 in bf16 took 6.7 ms; with the weight padded to 50264 rows,
+0.90 ms plus 0.04 ms to pad). So a large enough ``mm``/``addmm`` whose N or K
+is not a multiple of 8 elements gets zero-padded operands (a copy kernel each,
+laid out as the operand was), runs on the padded sizes, and its result is the
+unpadded slice: a view of the padded output, whose rows stay N_pad apart, as
+torch.compile returns it. Padding K needs zero columns in both operands, which
+leave the products unchanged; padding N adds output columns that nobody reads.
+
+Padding pays only when the time cuBLAS saves is more than the copies cost:
+``worth_padding`` estimates both from the sizes (a misaligned matmul runs at a
+fraction of the aligned rate; copies run at memory bandwidth).
+"""
+from __future__ import annotations
+
+import torch
+
+from .ir import Layout
+from .matmul_operands import strided_view
+from .registry import NotLowered, register_lowering
+from .tensor import LazyTensor
+from .values import Masked, Op
+from .ops_view import _index_less, slice_
+
+aten = torch.ops.aten
+
+ALIGN_ELEMENTS = 8           # 16 bytes of bf16/fp16
+PADDED_DTYPES = (torch.bfloat16, torch.float16)
+# Rough H200 rates (bench/NOTES.md, "lm head"): aligned bf16 matmul, misaligned
+# matmul, copy bandwidth, and one kernel launch.
+ALIGNED_FLOPS = 600e12
+MISALIGNED_FLOPS = 100e12
+COPY_BYTES_PER_S = 3.0e12
+LAUNCH_S = 5e-6
+
+
+def _round_up(n: int, to: int = ALIGN_ELEMENTS) -> int:
+    return -(-n // to) * to
+
+
+def worth_padding(m: int, k: int, n: int, pad_k: bool, pad_n: bool, itemsize: int) -> bool:
+    """Whether the copies cost less than the time a misaligned matmul loses."""
+    flops = 2.0 * m * n * k
+    saved = flops / MISALIGNED_FLOPS - flops / ALIGNED_FLOPS
+    copied = (m * k if pad_k else 0) + (k * n if pad_k or pad_n else 0)   # elements of padded operands
+    copies = (1 if pad_k else 0) + (1 if pad_k or pad_n else 0)
+    cost = 2 * copied * itemsize / COPY_BYTES_PER_S + copies * LAUNCH_S
+    return saved > 2 * cost
+
+
+def _padded_operand(ctx, t: LazyTensor, rows: int, cols: int) -> LazyTensor:
+    """``t`` (a matrix) zero-padded to ``rows`` x ``cols``, as a view of a new buffer laid out
+    the way ``t`` is (a transposed weight stays transposed, so the copy reads and writes
+    along memory and BLAS reads it as before)."""
+    r, c = (int(s) for s in t.shape)
+    found = strided_view(t)
+    transposed = found is not None and found[1].stride[-2] == 1 and found[1].stride[-1] != 1
+
+    def load(idx):
+        i, j = idx
+        conds = [cond for cond in (_index_less(i, r) if rows > r else None,
+                                   _index_less(j, c) if cols > c else None) if cond is not None]
+        mask = conds[0] if len(conds) == 1 else Op("logical_and", conds, torch.bool)
+        return Masked(mask, t.load([i, j]), 0)
+
+    if transposed:   # computed as the (cols, rows) matrix it is in memory, then viewed transposed
+        physical = LazyTensor((cols, rows), t.dtype, t.device, loader=lambda idx: load([idx[1], idx[0]]))
+        name = ctx.realize(physical).view[0]
+        return LazyTensor.of_buffer(name, Layout((rows, cols), (1, rows)), t.dtype, t.device)
+    return ctx.realize(LazyTensor((rows, cols), t.dtype, t.device, loader=load))
+
+
+def _padded_bias(ctx, bias: LazyTensor, n: int, n_pad: int) -> LazyTensor:
+    """A 1-D (or 1 x N) bias zero-padded to ``n_pad`` columns."""
+    def load(idx):
+        inner = [0] * (bias.ndim - 1) + [idx[0]]
+        return Masked(_index_less(idx[0], n), bias.load(inner), 0)
+    return ctx.realize(LazyTensor((n_pad,), bias.dtype, bias.device, loader=load))
+
+
+def _plan(ctx, a, b):
+    """(m, k, n, k_pad, n_pad) when this matmul is padded, else raises ``NotLowered``."""
+    if not ctx.pad_matmuls:
+        raise NotLowered("matmul padding is off")
+    if not (isinstance(a, LazyTensor) and isinstance(b, LazyTensor)) or a.ndim != 2 or b.ndim != 2:
+        raise NotLowered("not two matrices")
+    if a.dtype not in PADDED_DTYPES or b.dtype != a.dtype:
+        raise NotLowered("not a 16-bit matmul")
+    if not all(getattr(s, "is_Integer", False) for s in (*a.shape, *b.shape)):
+        raise NotLowered("symbolic sizes")
+    (m, k), n = (int(s) for s in a.shape), int(b.shape[1])
+    k_pad, n_pad = (_round_up(k) if k % ALIGN_ELEMENTS else k), (_round_up(n) if n % ALIGN_ELEMENTS else n)
+    if (k_pad, n_pad) == (k, n) or min(m, k, n) == 0:
+        raise NotLowered("sizes already aligned")
+    if not worth_padding(m, k, n, k_pad != k, n_pad != n, a.dtype.itemsize):
+        raise NotLowered("too small to gain from padding")
+    return m, k, n, k_pad, n_pad
+
+
+def _padded_call(ctx, target, a, b, bias=None, **scalars):
+    m, k, n, k_pad, n_pad = _plan(ctx, a, b)
+    a_arg = _padded_operand(ctx, a, m, k_pad) if k_pad != k else a
+    b_arg = _padded_operand(ctx, b, k_pad, n_pad)
+    result = torch.empty((m, n_pad), dtype=a.dtype, device="meta")
+    if bias is None:
+        out = ctx.extern(target, (a_arg, b_arg), {}, result_meta=result)
+    else:
+        bias_arg = _padded_bias(ctx, bias, n, n_pad) if n_pad != n else bias
+        out = ctx.extern(target, (bias_arg, a_arg, b_arg), scalars, result_meta=result)
+    return slice_(ctx, out, 1, 0, n) if n_pad != n else out
+
+
+@register_lowering(aten.mm.default)
+def padded_mm(ctx, a, b):
+    return _padded_call(ctx, aten.mm.default, a, b)
+
+
+@register_lowering(aten.addmm.default)
+def padded_addmm(ctx, bias, a, b, *, beta=1, alpha=1):
+    if not isinstance(bias, LazyTensor) or bias.ndim == 0 or bias.ndim > 2 or (
+            bias.ndim == 2 and int(bias.shape[0]) != 1) or int(bias.shape[-1]) != int(b.shape[-1]):
+        raise NotLowered("bias other than a row vector")
+    scalars = {k: v for k, v in (("beta", beta), ("alpha", alpha)) if v != 1}
+    return _padded_call(ctx, aten.addmm.default, a, b, bias, **scalars)
