@@ -73,7 +73,7 @@ def diagnose(name: str, scale: str, rows: int) -> None:
     runs = {"eager": lambda: inst.run(eager, eager, inputs),
             "surge": lambda: inst.run(compiled, ours, inputs),
             "torch.compile": lambda: inst.run(peer, theirs, inputs)}
-    expected, actual = runs["eager"](), runs["surge"]()
+    expected, actual = runs["eager"](), runs["surge"]()   # Instance.run: no_grad unless training
     for e, a in zip(expected if isinstance(expected, (list, tuple)) else [expected],
                     actual if isinstance(actual, (list, tuple)) else [actual]):
         err = (e.float() - a.float()).abs().max().item()
@@ -124,9 +124,9 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench/gpu_diag.py needs a CUDA device")
+    for name in [] if args.padding_only else filter(None, args.workloads.split(",")):
+        diagnose(name, args.scale, args.rows)   # a training workload runs its backward too
     with torch.no_grad():
-        for name in [] if args.padding_only else filter(None, args.workloads.split(",")):
-            diagnose(name, args.scale, args.rows)
         matmul_padding_sweep()
 
 

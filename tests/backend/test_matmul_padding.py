@@ -92,8 +92,12 @@ def test_padding_is_off_on_cpu_by_default():
 def test_worth_padding_decides_by_size():
     # GPT-2's lm head over 8192 tokens pads (6.7 ms misaligned vs 0.9 ms on an H200) ...
     assert matmul_padding.worth_padding(8192, 768, 50257, False, True, 2)
-    # ... one decoding step does not: copying the 77 MB weight costs more than it saves
+    # ... and so do 16 rows (0.106 vs 0.069 ms: the misaligned kernel reads slowly too);
+    assert matmul_padding.worth_padding(16, 768, 50257, False, True, 2)
+    # one decoding step does not (a matrix-vector kernel, fast on misaligned rows), nor
+    # matmuls too small for the copies' launches (512x1000x1000: 0.019 vs 0.043 ms)
     assert not matmul_padding.worth_padding(1, 768, 50257, False, True, 2)
+    assert not matmul_padding.worth_padding(512, 1000, 1000, True, True, 2)
     assert not matmul_padding.worth_padding(64, 13, 21, True, True, 2)
 
 
