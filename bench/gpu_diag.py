@@ -98,7 +98,7 @@ def matmul_padding_sweep() -> None:
     print("\n== misaligned bf16 matmuls: eager vs padded (pad copies included)")
     print(f"{'M':>6} {'K':>6} {'N':>6} {'eager ms':>9} {'padded ms':>10} {'pads?':>6}")
     for m, k, n in ((1, 768, 50257), (16, 768, 50257), (128, 768, 50257), (1024, 768, 50257),
-                    (8192, 768, 50257), (8192, 50257, 768), (4096, 4093, 4096), (512, 1000, 1000)):
+                    (8192, 768, 50257), (8192, 50257, 768), (4096, 4093, 4096), (512, 1001, 1001)):
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         k_pad, n_pad = _round_up(k), _round_up(n)

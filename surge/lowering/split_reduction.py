@@ -22,6 +22,13 @@ ordinary reductions. The rewrite per kind:
 
 A row that the chunks do not divide evenly is padded by masked lanes that hold
 the reduction's neutral element.
+
+Column reductions on GPUs (``x.sum(0)`` of an (8192, 4096) tensor: the bias and
+LayerNorm weight gradients of a training step) have rows enough, but a GPU
+kernel reads them in tiles of ``COLUMN_TILE`` neighbouring columns, so 4096
+columns make only 64 programs. They are split too, with the chunk index
+outermost (partials laid out [S, columns]), so that both kernels still read
+along the columns.
 """
 from __future__ import annotations
 
@@ -41,6 +48,10 @@ SPLIT_REDUCTION_MIN_ELEMENTS = 65536
 TARGET_PROGRAMS = 1024
 # ... each chunk holding at least threshold / CHUNK_DIVISOR elements.
 CHUNK_DIVISOR = 16
+# Neighbouring columns one GPU program of a column reduction reads (Triton's column tiles),
+# and the fewest elements of a column per chunk.
+COLUMN_TILE = 64
+MIN_COLUMN_CHUNK = 256
 
 
 def plan_split(rows: int, rnumel: int, threshold: int):
@@ -77,11 +88,42 @@ def _neutral(reduction_type: str, dtype: torch.dtype):
     return info.min if low else info.max
 
 
-class _Split:
-    """The index bookkeeping of one split: rows (outer dims) and chunks of the reduced dims."""
+def splits_columns(device) -> bool:
+    """Column reductions are split for GPU kernels; C++ kernels parallelize over column blocks."""
+    return device.type == "cuda"
 
-    def __init__(self, t: LazyTensor, dims: list, splits: int, chunk: int):
+
+def is_column_reduction(shape, dims) -> bool:
+    """Every reduced dim comes before every kept dim (of size > 1): in a contiguous tensor,
+    neighbouring results read neighbouring elements."""
+    kept = [d for d in range(len(shape)) if d not in dims and shape[d] != 1]
+    return bool(kept) and max(dims) < min(kept)
+
+
+def plan_column_split(columns: int, rnumel: int):
+    """(chunks, chunk size) for a GPU column reduction with too few column tiles, or None."""
+    tiles = -(-columns // COLUMN_TILE)
+    if tiles >= TARGET_PROGRAMS // 2:
+        return None
+    splits = min(TARGET_PROGRAMS // tiles, rnumel // MIN_COLUMN_CHUNK)
+    if splits < 2:
+        return None
+    for s in range(splits, max(splits // 2, 1), -1):
+        if rnumel % s == 0:
+            splits = s
+            break
+    chunk = math.ceil(rnumel / splits)
+    return math.ceil(rnumel / chunk), chunk
+
+
+class _Split:
+    """The index bookkeeping of one split: rows (outer dims) and chunks of the reduced dims.
+
+    Partials are [outer..., S], or [S, outer...] with ``chunks_first`` (column reductions)."""
+
+    def __init__(self, t: LazyTensor, dims: list, splits: int, chunk: int, chunks_first: bool = False):
         self.t = t
+        self.chunks_first = chunks_first
         self.dims = dims
         self.outer = [d for d in range(t.ndim) if d not in dims]
         self.red_sizes = [t.shape[d] for d in dims]
@@ -90,16 +132,23 @@ class _Split:
         # the result with every reduced dim kept (size 1)
         self.kept_shape = [sympy.Integer(1) if d in dims else s for d, s in enumerate(t.shape)]
 
+    def partial_index(self, outer_index: list, chunk) -> list:
+        """The index of a partial: its row's outer index and its chunk."""
+        return [chunk] + list(outer_index) if self.chunks_first else list(outer_index) + [chunk]
+
     def chunks(self, source: LazyTensor, reduction_type: str) -> LazyTensor:
-        """``source`` as [outer..., S, C]: chunk ``s`` holds elements ``s*C ... s*C + C - 1`` of a row."""
-        shape = [source.shape[d] for d in self.outer] + [sympy.Integer(self.splits), sympy.Integer(self.chunk)]
+        """``source`` as [outer..., S, C] (or [S, outer..., C]): chunk ``s`` holds elements
+        ``s*C ... s*C + C - 1`` of a row."""
+        outer_shape = [source.shape[d] for d in self.outer]
+        shape = self.partial_index(outer_shape, sympy.Integer(self.splits)) + [sympy.Integer(self.chunk)]
         padded = self.splits * self.chunk != self.rnumel
         neutral = _neutral(reduction_type, source.dtype)
 
         def load(idx):
-            flat = idx[-2] * self.chunk + idx[-1]
+            chunk_index, outer_index = (idx[0], idx[1:-1]) if self.chunks_first else (idx[-2], idx[:-2])
+            flat = chunk_index * self.chunk + idx[-1]
             full = [sympy.Integer(0)] * source.ndim
-            for d, i in zip(self.outer, idx[:-2]):
+            for d, i in zip(self.outer, outer_index):
                 full[d] = i
             for d, i in zip(self.dims, decompose(flat, self.red_sizes)):
                 full[d] = i
@@ -113,9 +162,9 @@ class _Split:
         return out
 
     def partials_by_row(self, partial: LazyTensor) -> LazyTensor:
-        """[outer..., S] partials read as [kept shape..., S] (reduced dims of size 1)."""
+        """The partials read as [kept shape..., S] (reduced dims of size 1)."""
         def load(idx):
-            return partial.load([idx[d] for d in self.outer] + [idx[-1]])
+            return partial.load(self.partial_index([idx[d] for d in self.outer], idx[-1]))
         return LazyTensor(self.kept_shape + [sympy.Integer(self.splits)], partial.dtype, partial.device, loader=load)
 
     def row_value(self, buf: LazyTensor, idx):
@@ -139,10 +188,14 @@ def split_reduction(ctx, t: LazyTensor, dims, keepdim: bool, reduction_type: str
     if not t.ndim or not dims or not all(getattr(s, "is_Integer", False) for s in t.shape):
         return None
     rows = int(product(t.shape[d] for d in range(t.ndim) if d not in dims))
-    plan = plan_split(rows, int(product(t.shape[d] for d in dims)), threshold)
+    rnumel = int(product(t.shape[d] for d in dims))
+    plan = plan_split(rows, rnumel, threshold)
+    columns = plan is None and splits_columns(ctx.device) and is_column_reduction(t.shape, dims)
+    if columns:
+        plan = plan_column_split(rows, rnumel)
     if plan is None:
         return None
-    split = _Split(t, list(dims), *plan)
+    split = _Split(t, list(dims), *plan, chunks_first=columns)
     if reduction_type in ("argmax", "argmin"):
         return _split_arg(ctx, split, reduction_type, keepdim)
     if reduction_type == "var":
@@ -162,7 +215,7 @@ def _split_arg(ctx, split: _Split, kind: str, keepdim: bool) -> LazyTensor:
     from .ops_index import gather_load
 
     extreme = "max" if kind == "argmax" else "min"
-    source, last = split.t, len(split.outer) + 1
+    source, last = split.t, len(split.outer) + 1   # the chunk dim C is last either way
     chunks = split.chunks(source, kind)
     best = ctx.reduction(chunks, [last], False, extreme, source.dtype, split=False)
     where = ctx.reduction(chunks, [last], False, kind, torch.int64, source.dtype, split=False)
@@ -171,7 +224,7 @@ def _split_arg(ctx, split: _Split, kind: str, keepdim: bool) -> LazyTensor:
 
     def load(idx):
         chunk = which.load(idx)
-        position = gather_load(ctx, where, [idx[d] for d in split.outer] + [chunk])
+        position = gather_load(ctx, where, split.partial_index([idx[d] for d in split.outer], chunk))
         start = Op("mul", [chunk, Constant(split.chunk, torch.int64)], torch.int64)
         return Op("add", [start, position], torch.int64)
     return split.finish(ctx, LazyTensor(split.kept_shape, torch.int64, source.device, loader=load), keepdim)

@@ -60,6 +60,20 @@ def persistent_default(xnumel: int, rnumel: int) -> dict:
     return dict(XBLOCK=xblock, RBLOCK=rblock, num_warps=min(16, max(4, xblock * rblock // 512)), num_stages=1)
 
 
+def column_default(xnumel: int, rnumel: int, persistent: bool) -> dict:
+    """Column reductions (loads along x): 64 neighbouring columns by 32 rows per step, 4
+    warps (each warp reads whole 256-byte row segments); a short column (a split's second
+    stage) in one tile of up to 2048 elements, at least 32 columns wide."""
+    if not persistent:
+        return dict(XBLOCK=min(64, next_power_of_2(xnumel)), RBLOCK=min(32, next_power_of_2(rnumel)),
+                    num_warps=4, num_stages=1)
+    rblock = next_power_of_2(rnumel)
+    xblock = min(next_power_of_2(xnumel), max(32, 2048 // rblock))
+    while xblock > 32 and _cdiv(xnumel, xblock) < MIN_PROGRAMS:
+        xblock //= 2
+    return dict(XBLOCK=xblock, RBLOCK=rblock, num_warps=4, num_stages=1)
+
+
 def candidate_configs(meta: dict, interpret: bool) -> list:
     """The default first, then the alternatives autotuning times."""
     xnumel, rnumel = meta["xnumel"], meta["rnumel"]
@@ -72,6 +86,13 @@ def candidate_configs(meta: dict, interpret: bool) -> list:
         for x, w in ((1024, 4), (2048, 8)):
             out.append(dict(XBLOCK=min(x, xcap), num_warps=w if x <= xcap else max(1, min(w, xcap // 128)),
                             num_stages=1))
+        return _unique(out)
+    if meta.get("column") and not interpret:
+        out = [column_default(xnumel, rnumel, meta["persistent"])]
+        if not meta["persistent"]:
+            for x, r, w in ((128, 16, 4), (32, 64, 4), (64, 64, 8)):
+                out.append(dict(XBLOCK=min(x, xcap), RBLOCK=min(r, next_power_of_2(rnumel)), num_warps=w,
+                                num_stages=1))
         return _unique(out)
     if meta["persistent"]:
         rblock = next_power_of_2(rnumel)

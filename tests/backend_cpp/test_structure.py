@@ -93,9 +93,11 @@ def test_one_cpp_call_per_run_of_kernels(compiled):
     assert [str(op) for op in _externs(compiled["two_matmuls"])] == ["aten.mm.default"] * 2
 
 
-def test_extern_results_are_checked_against_their_traced_layout(compiled):
+def test_contiguous_extern_results_need_no_layout_check(compiled):
+    """Decomposed attention is bmm's, whose results are always contiguous: no check after
+    them (ops without that guarantee keep it: test_host_calls.py)."""
     body = compiled["attention_of_split_views"].source.split("def call(args):")[1]
-    assert "restride(" in body and ".stride() != " in body
+    assert "bmm_default_public(" in body and ".stride() != " not in body
 
 
 def test_attention_of_split_views_through_surge_compile():

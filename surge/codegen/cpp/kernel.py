@@ -27,6 +27,7 @@ from ..common import KernelPlan, format_index
 from .affine_index import affine_index
 from .column_reduction import generate_columns, wants_columns
 from .ops import OP_RULES, cast_expr, compute_dtype, ctype, literal, load_expr, storage_type, store_expr
+from .narrow_loads import NarrowLoads
 from .row_cache import RowCachePlanner
 from .scope import Scope
 
@@ -82,6 +83,7 @@ class CppKernelWriter:
         self.parallel = self.xnumel * self.rnumel >= PARALLEL_MIN_ELEMENTS
         # "[xi]" when accumulators are per-column arrays (column_reduction.py), else ""
         self.lane = ""
+        self.narrow: NarrowLoads | None = None   # bool loads staged per row (narrow_loads.py)
 
     # -- names -----------------------------------------------------------------
     def tmp(self) -> str:
@@ -196,7 +198,10 @@ class CppKernelWriter:
         for (symbol, _), child in zip(v.indirect, v.children):
             names[symbol] = self.emit(scope, child).name
         pointer = self.pointer(v.buffer, out=False)
-        expr = load_expr(f"{pointer}[{self.index(v.index, names)}]", v.dtype)
+        element = f"{pointer}[{self.index(v.index, names)}]"
+        if self.narrow is not None:
+            element = self.narrow.element(scope, v, pointer, self.index(v.index, names)) or element
+        expr = load_expr(element, v.dtype)
         return Emitted(self.assign(scope, v.dtype, expr), v.dtype)
 
     # -- stores ----------------------------------------------------------------
@@ -376,6 +381,8 @@ class CppKernelWriter:
             return self.finish(top)
         row = Scope("row", top)
         self.row = row
+        if NarrowLoads.applies(self):
+            self.narrow = NarrowLoads(self)
         row_stores = [m for m in self.plan.members if m.stored and m.role == "xr"]
         self.plan_row_cache(row, row_stores)
         for stage in range(self.plan.num_stages):

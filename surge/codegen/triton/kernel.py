@@ -5,6 +5,10 @@ kernels run over ``[XBLOCK, RBLOCK]`` tiles: x rows per program, r along a row;
 *persistent* when a whole row fits in one tile (every pass over r shares the
 loads), *looped* otherwise (one ``for`` over r per pass: pass k computes the
 reductions that need pass k-1's results; a last pass writes the row outputs).
+A *column* reduction (its loads run along x in memory, as ``x.sum(0)``) loops over
+r in short steps with wide tiles of neighbouring x (``autotune.column_default``):
+a persistent tile holding a whole column would read one element per memory
+transaction.
 Values are computed in fp32 for fp16/bf16 buffers; loads and stores are
 masked at the edges; indices are 64-bit when a buffer needs it.
 """
@@ -12,14 +16,19 @@ from __future__ import annotations
 
 import dataclasses
 
+import sympy
 import torch
 
+from ...lowering.sizes import linear_coefficient
 from ...lowering.values import Constant, IndexValue, Load, Masked, Op
 from ...runtime.triton_mode import interpreting
 from ..common import KernelPlan, format_index
 from .ops import COSTLY_OPS, OP_RULES, POINTER_TYPES, cast_expr, compute_dtype, literal, triton_dtype
 
 INT32_LIMIT = 2**31 - 1
+# Column reductions with up to this many elements per column keep the whole column in
+# one tile (the second stage of a split column reduction); longer ones loop over r.
+COLUMN_PERSISTENT_LIMIT = 64
 
 HELPERS = {
     # fp32 -> bf16 rounding to nearest even, as eager and GPUs round; Triton's CPU
@@ -80,6 +89,7 @@ class KernelSource:
     rnumel: int
     index_bits: int
     costly_ops: int = 0         # transcendental ops per element (launch configs weigh compute)
+    column: bool = False        # a reduction whose loads run along x (launch configs tile x wide)
 
 
 class Scope:
@@ -100,6 +110,9 @@ class TritonKernelWriter:
         self.rnumel = int(plan.rnumel) if plan.is_reduction else 1
         self.reduction = plan.is_reduction
         self.persistent = self.reduction and next_power_of_2(self.rnumel) <= persistent_limit
+        self.column = self.reduction and reads_along_x(plan)
+        if self.column and next_power_of_2(self.rnumel) > COLUMN_PERSISTENT_LIMIT:
+            self.persistent = False
         self.index_bits = 64 if self._needs_int64() else 32
         self.params: list = []
         self.pointer_of: dict[str, str] = {}
@@ -481,7 +494,7 @@ class TritonKernelWriter:
         lines = ["@triton.jit", head] + ["    " + line for line in top.lines]
         return KernelSource(self.name, "\n".join(lines) + "\n", list(self.helpers), all_params,
                             self.reduction, self.persistent, self.xnumel, self.rnumel, self.index_bits,
-                            self.costly_ops)
+                            self.costly_ops, self.column)
 
 
 def next_power_of_2(n: int) -> int:
@@ -492,6 +505,36 @@ def _extent(buf) -> int:
     """Elements spanned by a buffer's layout (its largest reachable offset + 1)."""
     lay = buf.layout
     return int(lay.offset) + sum((int(s) - 1) * abs(int(st)) for s, st in zip(lay.shape, lay.stride)) + 1
+
+
+def reads_along_x(plan: KernelPlan) -> bool:
+    """Whether a reduction kernel's loads that vary along both x and r are contiguous along x
+    (the innermost x index has stride 1) and not along r: a column reduction."""
+    if not plan.x_sizes or not plan.r_sizes:
+        return False
+    inner_x, r_names = f"x{len(plan.x_sizes) - 1}", [f"r{k}" for k in range(len(plan.r_sizes))]
+    along_x = across = 0
+    for m in plan.members:
+        for load in _walk_loads(m.value):
+            if plan.member(load.buffer) is not None or load.indirect:
+                continue
+            names = {s.name for s in load.index.free_symbols}
+            if not any(n.startswith("r") for n in names) or not any(n.startswith("x") for n in names):
+                continue
+            x_stride = linear_coefficient(load.index, _symbol_named(load.index, inner_x))
+            r_strides = [linear_coefficient(load.index, _symbol_named(load.index, r)) for r in r_names]
+            if x_stride == 1 and all(c is not None and c != 1 for c in r_strides):
+                along_x += 1
+            else:
+                across += 1
+    return along_x > 0 and along_x >= across
+
+
+def _symbol_named(expr, name: str):
+    for s in expr.free_symbols:
+        if s.name == name:
+            return s
+    return sympy.Symbol(name)
 
 
 def _walk_loads(value):

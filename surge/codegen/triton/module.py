@@ -81,7 +81,7 @@ def generate_module(schedule: Schedule, persistent_limit: int = 8192) -> tuple:
         files.setdefault(key, text)
         meta[name] = dict(file=key, function=ks.name, xnumel=ks.xnumel, rnumel=ks.rnumel,
                           reduction=ks.is_reduction, persistent=ks.persistent, index_bits=ks.index_bits,
-                          costly_ops=ks.costly_ops, signature={p: t for p, _, t in ks.params})
+                          costly_ops=ks.costly_ops, column=ks.column, signature={p: t for p, _, t in ks.params})
     if schedule.graph.device.type == "cuda" and not interpreting():
         # kernels compile when the module is loaded: start the workers while it is written
         compile_pool.start_workers(len(files))

@@ -1,0 +1,149 @@
+"""Extern calls of the C++ host code: ATen ops called with as little Python as possible.
+
+A graph at small sizes spends more time in the host code's Python than in its
+kernels, so each extern line is written for the cheapest call that runs the
+very same ATen overload:
+
+- an op in ``PUBLIC_FUNCTIONS`` is called through its public torch function
+  (~0.45 us less than ``OpOverload.__call__``); any other through the function
+  ``OpOverload.__call__`` forwards to, bound once at module level;
+- ``addmm(bias, x, w.t())`` and ``mm(x, w.t())`` with ``w`` a 2-D tensor the
+  host holds are ``torch.nn.functional.linear(x, w[, bias])``, which calls
+  exactly those ops on ``w.t()``: no view built in Python;
+- views of buffers are plain names where the tensor already has the layout
+  (``host_layouts``), ``.t()`` where it is the transpose, ``as_strided`` otherwise;
+- an op in ``CONTIGUOUS_RESULTS`` always returns a new contiguous tensor: when the
+  traced layout is contiguous too, its result needs no layout check.
+
+tests/backend_cpp/test_host_calls.py checks each table entry against ATen's
+dispatcher (the overloads each call reaches), results and errors.
+"""
+from __future__ import annotations
+
+import torch
+
+from ...lowering.ir import ExternBuffer, Layout, TensorArg
+from ..wrapper import WrapperWriter, python_literal
+from .host_layouts import is_transpose, layout_key
+
+aten = torch.ops.aten
+
+# Overload -> the public torch function (``torch.<name>``, found in
+# ``torch._C._VariableFunctions``) that resolves to it for the argument forms a graph
+# passes: positional arguments, keyword-only ones by their schema names.
+PUBLIC_FUNCTIONS = {
+    aten.mm.default: "mm",
+    aten.addmm.default: "addmm",
+    aten.bmm.default: "bmm",
+    aten.baddbmm.default: "baddbmm",
+    aten.cumsum.default: "cumsum",
+    aten.slice_scatter.default: "slice_scatter",
+    aten.convolution.default: "convolution",
+    aten._scaled_dot_product_flash_attention_for_cpu.default: "_scaled_dot_product_flash_attention_for_cpu",
+}
+
+# Overloads whose result is always a newly allocated contiguous tensor.
+CONTIGUOUS_RESULTS = {aten.mm.default, aten.addmm.default, aten.bmm.default}
+
+BINDINGS_PRELUDE = '''
+CPU = torch.device("cpu")
+linear = torch._C._nn.linear
+
+
+def overload_function(op):
+    """What ``op.__call__`` forwards to: the same call, one Python frame less."""
+    return getattr(op, "_op", op)
+'''
+
+
+def _keyword_only(op, kwargs: dict) -> bool:
+    names = {a.name for a in op._schema.arguments if a.kwarg_only}
+    return all(k in names for k in kwargs)
+
+
+class ExternCalls(WrapperWriter):
+    """Extern lines, views and outputs of the C++ host code (``WrapperWriter``'s, made cheaper)."""
+
+    def __init__(self, schedule, layouts: dict):
+        super().__init__(schedule, {})
+        self.layouts = layouts          # buffer name -> layout of the tensor bound to it
+        self.bindings: dict = {}        # module-level name -> expression
+
+    # -- views -----------------------------------------------------------------
+    def held(self, arg: TensorArg) -> Layout:
+        return arg.layout or self.by_name[arg.buffer].layout
+
+    def tensor_arg(self, a: TensorArg) -> str:
+        want, have = self.held(a), self.layouts[a.buffer]
+        if layout_key(want) == layout_key(have):
+            return a.buffer
+        if is_transpose(want, have):
+            return f"{a.buffer}.t()"
+        return super().tensor_arg(TensorArg(a.buffer, want))
+
+    def output(self, arg) -> str:
+        return self.tensor_arg(arg) if isinstance(arg, TensorArg) else python_literal(arg)
+
+    def transposed_operand(self, a) -> str | None:
+        """The name of the 2-D tensor whose ``.t()`` argument ``a`` is, if it is one."""
+        if isinstance(a, TensorArg) and is_transpose(self.held(a), self.layouts[a.buffer]):
+            return a.buffer
+        return None
+
+    # -- callees ---------------------------------------------------------------
+    def callee(self, op, kwargs: dict) -> str:
+        if not isinstance(op, torch._ops.OpOverload):
+            return python_literal(op)
+        name = f"aten_{op._schema.name.split('::')[-1]}_{op._overloadname}"
+        if op in PUBLIC_FUNCTIONS and _keyword_only(op, kwargs):
+            self.bindings[name + "_public"] = f"torch._C._VariableFunctions.{PUBLIC_FUNCTIONS[op]}"
+            return name + "_public"
+        self.bindings[name] = f"overload_function({python_literal(op)})"
+        return name
+
+    def linear_call(self, buf: ExternBuffer) -> str | None:
+        """``linear(x, w[, bias])`` for ``addmm(bias, x, w.t())`` / ``mm(x, w.t())``."""
+        if buf.op is aten.addmm.default and len(buf.args) == 3 and all(
+                buf.kwargs.get(k, 1) == 1 for k in ("beta", "alpha")) and set(buf.kwargs) <= {"beta", "alpha"}:
+            bias, x, w = buf.args
+        elif buf.op is aten.mm.default and len(buf.args) == 2 and not buf.kwargs:
+            (x, w), bias = buf.args, None
+        else:
+            return None
+        weight = self.transposed_operand(w)
+        if weight is None:
+            return None
+        args = [self.argument(x), weight] + ([self.argument(bias)] if bias is not None else [])
+        return f"linear({', '.join(args)})"
+
+    def extern_line(self, buf: ExternBuffer) -> str:
+        if buf.parent is not None:
+            return f"{buf.name} = {buf.parent}[{buf.output_index}]"
+        loc = f"  # {buf.location}" if buf.location else ""
+        call = self.linear_call(buf)
+        if call is None:
+            args = [self.argument(a) for a in buf.args]
+            args += [f"{k}={self.argument(v)}" for k, v in buf.kwargs.items()]
+            call = f"{self.callee(buf.op, buf.kwargs)}({', '.join(args)})"
+        return f"{buf.name} = {call}{loc}"
+
+    def layout_check(self, buf: ExternBuffer) -> list:
+        """An extern op's result may be laid out otherwise than traced (its strides can follow
+        its inputs', which the schedule may have realized differently): kernels and views of
+        it assume the traced layout. Ops in CONTIGUOUS_RESULTS need no check when the
+        traced layout is contiguous."""
+        if buf.name in self.tuple_results:
+            return []
+        lay = buf.layout
+        if buf.op in CONTIGUOUS_RESULTS and layout_key(lay) == layout_key(Layout.contiguous(lay.shape)):
+            return []
+        shape, stride, offset = _shape(lay.shape), _shape(lay.stride), int(lay.offset)
+        return [f"if {buf.name}.stride() != {stride} or {buf.name}.storage_offset() != {offset}:",
+                f"    {buf.name} = restride({buf.name}, {shape}, {stride}, {offset})"]
+
+    def module_bindings(self) -> list:
+        return [f"{name} = {expr}" for name, expr in sorted(self.bindings.items())]
+
+
+def _shape(values) -> str:
+    return "(" + "".join(f"{int(v)}, " for v in values) + ")"
