@@ -94,7 +94,7 @@ class ExternCalls(WrapperWriter):
     def callee(self, op, kwargs: dict) -> str:
         if not isinstance(op, torch._ops.OpOverload):
             return python_literal(op)
-        name = f"aten_{op._schema.name.split('::')[-1]}_{op._overloadname}"
+        name = f"{op.namespace}_{op._schema.name.split('::')[-1]}_{op._overloadname}"
         if op in PUBLIC_FUNCTIONS and _keyword_only(op, kwargs):
             self.bindings[name + "_public"] = f"torch._C._VariableFunctions.{PUBLIC_FUNCTIONS[op]}"
             return name + "_public"
