@@ -26,7 +26,7 @@ from .sizes import index_symbol, sym
 from .split_reduction import SPLIT_REDUCTION_MIN_ELEMENTS, split_reduction
 from .tensor import LazyTensor, sym_shape
 from .extern_meta import extern_result_meta
-from .matmul_operands import VIEW_OPS, feeds_matmul, matmul_operand_view
+from .matmul_operands import MATMUL_OPS, VIEW_OPS, feeds_matmul, matmul_operand_view, realize_matmul_operand
 from .values import cast, loaded_buffers, op_count
 
 # A lazy value read by several consumers is inlined into each (recomputed)
@@ -176,7 +176,10 @@ class Lowering:
         """
         def to_arg(a):
             if isinstance(a, LazyTensor):
-                name, layout = matmul_operand_view(target, a) or self.realize(a).view
+                found = matmul_operand_view(target, a)
+                if found is None:
+                    found = (realize_matmul_operand(self, a) if target in MATMUL_OPS else self.realize(a)).view
+                name, layout = found
                 own = self.by_name[name].layout
                 same = layout.stride == own.stride and layout.shape == own.shape and layout.offset == own.offset
                 return TensorArg(name, None if same else layout)
@@ -311,9 +314,10 @@ class Lowering:
         if t.view is not None:
             return t
         if feeds_matmul(node) and node.target not in VIEW_OPS:
-            # realized for the matmul anyway: once, in its own layout, so that the other users
-            # read it and a transposed operand is a view BLAS reads as is, not a transposing kernel
-            return self.realize(t)
+            # realized for the matmul anyway: once, so that the other users read it and a
+            # transposed operand is a view BLAS reads as is, not a transposing kernel; a value
+            # that reads down columns (K of q @ k^T) is stored as the transposed matrices it reads
+            return realize_matmul_operand(self, t)
         if len(node.users) <= 1:
             return t
         probe = t.load([index_symbol("i", k) for k in range(t.ndim)])

@@ -16,7 +16,7 @@ import torch
 from .ir import Layout
 from .sizes import index_symbol, linear_coefficient, simplify_with_ranges
 from .tensor import LazyTensor
-from .values import Load
+from .values import Load, walk
 
 aten = torch.ops.aten
 
@@ -91,3 +91,42 @@ def matmul_operand_view(target, t: LazyTensor):
     if found is None or not blas_readable(found[1]):
         return None
     return found
+
+
+def reads_down_columns(t: LazyTensor) -> bool:
+    """Whether computing ``t`` (a matrix or a batch of them) reads memory along its rows'
+    index rather than its columns': the loads have stride 1 along dim -2 and not along -1.
+    K of ``q @ k.transpose(-2, -1)`` is such a value: computed row by row, every element
+    read would be a separate memory transaction."""
+    if t.ndim < 2 or not all(getattr(s, "is_Integer", False) for s in t.shape):
+        return False
+    symbols = [index_symbol("i", k) for k in range(t.ndim)]
+    down = across = 0
+    for value in walk(t.load(symbols)):
+        if not isinstance(value, Load) or value.indirect:
+            continue
+        index = simplify_with_ranges(value.index, dict(zip(symbols, t.shape)))
+        rows, cols = linear_coefficient(index, symbols[-2]), linear_coefficient(index, symbols[-1])
+        if rows == 1 and cols not in (0, 1):
+            down += 1
+        elif cols == 1:
+            across += 1
+    return down > across
+
+
+def realize_matmul_operand(ctx, t: LazyTensor) -> LazyTensor:
+    """``t`` realized for a matmul: contiguous, or, when it reads down columns, computed as
+    the transposed matrices it reads (reads and writes along memory) and viewed transposed,
+    which BLAS takes as is."""
+    if t.view is not None or not reads_down_columns(t):
+        return ctx.realize(t)
+    shape = tuple(t.shape)
+    swapped = shape[:-2] + (shape[-1], shape[-2])
+
+    def load(idx):
+        return t.load(list(idx[:-2]) + [idx[-1], idx[-2]])
+    physical = LazyTensor(swapped, t.dtype, t.device, loader=load)
+    physical.origins = t.origins
+    name, layout = ctx.realize(physical).view
+    stride = tuple(layout.stride[:-2]) + (layout.stride[-1], layout.stride[-2])
+    return LazyTensor.of_buffer(name, Layout(shape, stride, layout.offset), t.dtype, t.device)
