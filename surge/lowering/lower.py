@@ -76,6 +76,7 @@ class Lowering:
         self.node: torch.fx.Node | None = None
         self.single_output = False
         self._count = 0
+        self._realized: dict = {}   # id(lazy value) -> (the value, its buffer's LazyTensor)
 
     # -- naming and metadata -------------------------------------------------
     def new_name(self) -> str:
@@ -110,10 +111,23 @@ class Lowering:
 
     # -- making buffers --------------------------------------------------------
     def realize(self, t: LazyTensor, layout: Layout | None = None) -> LazyTensor:
-        """``t`` computed into a buffer (with ``layout``, default contiguous)."""
+        """``t`` computed into a buffer (with ``layout``, default contiguous).
+
+        A value realized twice with the default layout is one buffer: a lazy value that
+        several extern calls take (HF's attention mask, given to every layer's attention)
+        is computed once, not once per call."""
         if t.view is not None and layout is None:
             return t
-        layout = layout or Layout.contiguous(t.shape)
+        if layout is None:
+            found = self._realized.get(id(t))
+            if found is not None and found[0] is t:
+                return found[1]
+        result = self._realize(t, layout or Layout.contiguous(t.shape))
+        if layout is None:
+            self._realized[id(t)] = (t, result)
+        return result
+
+    def _realize(self, t: LazyTensor, layout: Layout) -> LazyTensor:
         loop_dims = tuple(d for d, s in enumerate(t.shape) if s != 1)
         ranges = tuple(t.shape[d] for d in loop_dims)
         index = [sympy.Integer(0)] * len(t.shape)

@@ -134,3 +134,21 @@ def test_extern_result_layout_follows_realized_argument():
     s = schedule_of(sort_of_transposed_value, randn(5, 7))
     children = [b for b in s.graph.buffers if isinstance(b, ExternBuffer) and b.parent]
     assert [tuple(b.layout.stride) for b in children] == [(5, 1), (5, 1)]
+
+
+def test_a_lazy_value_taken_by_two_extern_calls_is_computed_once():
+    """HF models build one attention mask and hand it to every layer's attention call:
+    one buffer, not one per call."""
+    from surge.lowering.ir import ComputedBuffer
+    from surge.lowering.lower import lower_graph
+
+    from .helpers import aten_graph
+
+    def two_externs(x):
+        mask = torch.where(x > 0, 0.0, float("-inf"))
+        return torch.sort(mask, -1).values, torch.topk(mask, 2).values
+
+    x = torch.randn(4, 8)
+    graph, _ = lower_graph(aten_graph(two_externs, x), [x])
+    computed = [b for b in graph.buffers if isinstance(b, ComputedBuffer)]
+    assert len(computed) == 1, [str(b) for b in graph.buffers]
