@@ -126,3 +126,19 @@ def test_explain_reports_graphs_guards_and_ops():
     rec = Recorder()
     surge.compile(f, backend=rec)(torch.randn(2, 3), torch.randn(3, 4))
     assert len(rec.graphs) == 1
+
+
+def test_user_code_is_neither_torch_nor_surge_internals():
+    import os
+
+    import torch
+
+    import surge
+    from surge.frontend.interpreter.frame import is_user_code
+
+    package = os.path.dirname(os.path.abspath(surge.__file__))
+    assert not is_user_code(os.path.join(os.path.dirname(torch.__file__), "nn", "functional.py"))
+    assert not is_user_code(os.path.join(package, "frontend", "interpreter", "frame.py"))
+    assert is_user_code(os.path.join(package, "models", "gpt.py"))        # bundled models are compiled as user code
+    assert is_user_code(os.path.join(package, "tools", "workloads.py"))
+    assert is_user_code(os.path.abspath("train.py"))

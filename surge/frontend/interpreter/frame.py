@@ -21,7 +21,9 @@ from .registry import HANDLERS
 
 # Frames from torch's own Python files are library code: locations point past them.
 _TORCH_DIR = os.path.dirname(torch.__file__)
-_SURGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+_SURGE_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Code shipped with surge that users compile as their own: the bundled models, the bench's workloads.
+_SURGE_USER_LEVEL = tuple(os.path.join(_SURGE_PACKAGE, sub) + os.sep for sub in ("models", "tools"))
 
 # Instructions that run a handler's bookkeeping: a break cannot hand them to CPython.
 _EXCEPTION_MACHINERY = {"PUSH_EXC_INFO", "POP_EXCEPT", "WITH_EXCEPT_START", "CHECK_EXC_MATCH", "RERAISE"}
@@ -231,7 +233,12 @@ class Frame:
 
 
 def is_user_code(filename: str) -> bool:
-    return not (filename.startswith(_TORCH_DIR) or filename.startswith(_SURGE_DIR + os.sep + "surge"))
+    """Not torch's code nor surge's own (surge's bundled models and workloads count as user code)."""
+    if filename.startswith(_TORCH_DIR):
+        return False
+    if filename.startswith(_SURGE_PACKAGE + os.sep):
+        return filename.startswith(_SURGE_USER_LEVEL)
+    return True
 
 
 def attach_location(error: Unsupported, frame: Frame) -> None:
