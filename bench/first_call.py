@@ -67,7 +67,7 @@ def child(args) -> None:
         with open(f"{args.profile}.{args.child}.{args.contender}.{args.run}.txt", "w") as f:
             pstats.Stats(profiler, stream=f).sort_stats("cumulative").print_stats(60)
     phases = phase_timer.summary() if args.contender == "surge" else {}
-    counters = {k: v for k, v in surge.counters.items() if k in ("graph_cache_hits", "cpp_compiles", "kernels")}
+    counters = {k: v for k, v in surge.counters.items() if k in ("graph_cache_hits", "binary_cache_hits", "cpp_compiles", "kernels")}
     print(json.dumps({"import_torch_s": t1 - t0, "import_surge_s": t2 - t1, "first_call_s": seconds,
                       "phases_s": phases, "counters": counters}))
 

@@ -9,7 +9,8 @@ in-process and on-disk caches by a function's source text and its line in the
 file, so equal kernels from any layer or graph are one ``JITFunction`` and one
 binary. When kernels run on a GPU, the ones this process has not compiled yet are
 compiled right away, in parallel (``compile_pool``), instead of one by one at
-their first launches.
+their first launches; those whose binaries a former process kept
+(``binary_cache``) are not compiled at all.
 """
 from __future__ import annotations
 
@@ -70,12 +71,15 @@ def _precompile(kernels: dict, paths: dict, cache_dir: str) -> None:
 
     if not torch.cuda.is_available():
         return
-    from . import compile_pool
+    from . import binary_cache, compile_pool
     from .autotune import launch_config
     try:
         device_name = torch.cuda.get_device_name()
-        jobs = [compile_pool.job_for(paths[meta["file"]], meta, launch_config(meta, cache_dir, device_name))
-                for meta in kernels.values()]
+        jobs = []
+        for meta in kernels.values():
+            config = launch_config(meta, cache_dir, device_name)
+            if not binary_cache.has_record(cache_dir, binary_cache.record_key(meta, config, device_name)):
+                jobs.append(compile_pool.job_for(paths[meta["file"]], meta, config))
         compile_pool.prepare(jobs)
     except Exception as error:  # never fatal: each kernel still compiles at its first launch
         logs.log("perf", f"compiling kernels ahead of launch failed, they compile at launch: "

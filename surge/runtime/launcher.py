@@ -9,8 +9,18 @@ import time
 
 from .. import logs
 from ..tools.phases import phase_timer
-from . import autotune
+from . import autotune, binary_cache
 from .triton_mode import interpreting
+
+
+def _binary_key(meta: dict, config: dict, args) -> str | None:
+    """The binary-cache key of this launch, or None when its binary is not one to store
+    (a pointer not 16-byte aligned: Triton specialized on it)."""
+    import torch
+
+    if not all(isinstance(a, torch.Tensor) and a.data_ptr() % 16 == 0 for a in args):
+        return None
+    return binary_cache.record_key(meta, config, torch.cuda.get_device_name())
 
 
 def _grid(meta: dict, config: dict) -> tuple:
@@ -48,9 +58,29 @@ def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tu
         config = state["config"] = choose(args)
         state["grid"] = _grid(meta, config)
         state["bound"] = kernel[state["grid"]]
+        if interpret:
+            state["bound"](*args, *sizes, **config)
+            return
+        key = _binary_key(meta, config, args)
+        if key is not None and _launch_stored_binary(key, args, config):
+            return
         compiled = state["bound"](*args, *sizes, **config)
-        if not interpret:
-            state["direct"] = direct_launch(kernel, compiled, state["grid"], args, sizes, config)
+        state["direct"] = direct_launch(kernel, compiled, state["grid"], args, sizes, config)
+        if key is not None and state["direct"] is not None:
+            binary_cache.store(cache_dir, key, compiled)
+
+    def _launch_stored_binary(key, args, config) -> bool:
+        """Launch a binary a former process stored, without Triton's compiler (binary_cache)."""
+        compiled = binary_cache.load(cache_dir, key, kernel)
+        direct = direct_launch(kernel, compiled, state["grid"], args, sizes, config) if compiled else None
+        try:
+            if direct is None or not direct(args):
+                return False
+        except (TypeError, ValueError) as error:
+            logs.log("perf", f"stored binary of {name} refused ({error}); compiling through Triton")
+            return False
+        state["direct"] = direct
+        return True
 
     def launch(*args):
         config = state.get("config")

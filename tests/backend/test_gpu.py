@@ -98,3 +98,38 @@ def test_repeat_launches_skip_tritons_binding_and_stay_correct():
     args = calls[-1][0]
     shifted = torch.empty(args[0].numel() + 1, dtype=args[0].dtype, device="cuda")[1:].view_as(args[0])
     assert direct((shifted, *args[1:])) is False  # 4 bytes past an aligned start
+
+
+WARM_PROGRAM = """
+import json, os, torch, surge
+from surge.counters import counters
+def f(x, w):
+    return torch.nn.functional.gelu(x * w + 1.0).sum(-1)
+x = torch.randn(300, 200, device="cuda"); w = torch.randn(200, device="cuda")
+out = surge.compile(f, backend="triton")(x, w)
+torch.cuda.synchronize()
+cubins = [n for _, _, names in os.walk(os.environ["TRITON_CACHE_DIR"]) for n in names if n.endswith(".cubin")]
+print(json.dumps({"ok": bool(torch.allclose(out, f(x, w), atol=1e-4, rtol=1e-4)),
+                  "binary_hits": counters["binary_cache_hits"], "triton_cubins": len(cubins)}))
+"""
+
+
+def test_a_warm_process_launches_kept_binaries_without_tritons_compiler(tmp_path):
+    """The second process finds the kernel's binary in surge's cache: Triton compiles
+    nothing into its own cache (a new, empty one here)."""
+    import json
+    import subprocess
+    import sys
+
+    def run(triton_dir):
+        env = dict(os.environ, SURGE_CACHE_DIR=str(tmp_path / "surge"), TRITON_CACHE_DIR=str(triton_dir),
+                   SURGE_GRAPH_CACHE="1")
+        proc = subprocess.run([sys.executable, "-c", WARM_PROGRAM], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    cold = run(tmp_path / "triton_cold")
+    warm = run(tmp_path / "triton_warm")
+    assert cold["ok"] and warm["ok"]
+    assert cold["binary_hits"] == 0 and cold["triton_cubins"] > 0
+    assert warm["binary_hits"] >= 1 and warm["triton_cubins"] == 0

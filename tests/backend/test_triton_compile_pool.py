@@ -91,6 +91,23 @@ PROGRAM = textwrap.dedent("""
         fallback = broken.prepare(jobs_of(paths))
         out["fallback"] = [len(fallback), sum(j.where == "process" for j in fallback),
                            [j.error for j in fallback if j.error]]
+    elif mode == "binary":
+        # a compiled kernel kept in surge's cache is rebuilt from it without Triton's compiler
+        import shutil
+        from surge.runtime import binary_cache
+        from surge.runtime.kernel_files import import_kernel_file
+        job = jobs[0]
+        fn = getattr(import_kernel_file(job.path, os.path.basename(job.path)[:-3]), job.function)
+        kernel = compile_pool.compile_job(job.message())
+        root = os.environ["SURGE_CACHE_DIR"]
+        out["stored"] = binary_cache.store(root, "k", kernel)
+        loaded = binary_cache.load(root, "k", fn)
+        out["same_binary"] = loaded.kernel == kernel.kernel and loaded.hash == kernel.hash
+        out["same_metadata"] = loaded.metadata == kernel.metadata
+        out["same_launcher_source"] = (dict(loaded.src.signature) == dict(kernel.src.signature)
+                                       and dict(loaded.src.constants) == dict(kernel.src.constants))
+        shutil.rmtree(os.path.join(root, "binaries", "k"))
+        out["missing"] = binary_cache.load(root, "k", fn) is None
     print(json.dumps(out))
 """)
 
@@ -130,3 +147,24 @@ def test_pool_compiles_each_distinct_kernel_once(tmp_path):
     assert out["again"] == 0, "a kernel compiled once in a process is not compiled again"
     assert out["entries"] >= 3
     assert out["fallback"] == [3, 3, []]
+
+
+def test_a_kept_binary_is_rebuilt_without_compiling(tmp_path):
+    out = _run(tmp_path, "binary", _modules(tmp_path)[:1])
+    assert out["stored"] and out["same_binary"] and out["same_metadata"] and out["same_launcher_source"]
+    assert out["missing"]
+
+
+def test_binary_keys_follow_everything_the_binary_is_specialized_on():
+    from surge.runtime.binary_cache import record_key
+
+    meta = dict(file="abc", function="k", xnumel=4096, rnumel=512, reduction=True,
+                signature={"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"})
+    config = dict(XBLOCK=64, RBLOCK=32, num_warps=4, num_stages=1)
+    key = record_key(meta, config, "H200")
+    assert key == record_key(dict(meta), dict(config), "H200")
+    assert key == record_key(dict(meta, xnumel=8192), config, "H200")      # Triton does not specialize on it
+    assert key != record_key(dict(meta, xnumel=4097), config, "H200")      # no longer a multiple of 16
+    assert key != record_key(meta, dict(config, num_warps=8), "H200")
+    assert key != record_key(meta, config, "H100")
+    assert key != record_key(dict(meta, signature={**meta["signature"], "in_ptr0": "*bf16"}), config, "H200")

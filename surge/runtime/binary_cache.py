@@ -1,0 +1,125 @@
+"""Compiled kernel binaries kept in surge's cache and loaded without Triton's compiler.
+
+Triton finds a compiled kernel in its own on-disk cache by a key that includes a
+hash of Triton's installation, which every process computes once by reading all
+of Triton's sources and its shared library: about 0.4 s of a warm process's first
+call on an H200 machine, more than all of surge's own warm work for a small
+graph. So the first launch of each kernel also stores what its binary is made
+of (the binary, Triton's metadata of it, and the argument signature and
+constants its launcher is built from) under ``<cache_dir>/binaries/<key>/``; a
+later process builds the compiled kernel straight from those files and launches
+it through the compiled binary (``launcher.direct_launch``), so it never asks
+Triton to compile.
+
+The key holds everything the binary was specialized on: the kernel file and
+function, pointer dtypes, the size arguments' specialization (1, multiples of
+16, 64-bit), the launch config, the device and the Triton version. Pointer
+alignment is the one specialization the key cannot know before a launch: only
+binaries compiled for 16-byte-aligned pointers are stored, and one is loaded
+only for a launch whose pointers are all aligned. Anything unexpected (another
+Triton's compiled-kernel interface, a missing file) means no record: the launch
+goes through Triton as before.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import pickle
+import shutil
+import types
+
+from .. import logs
+from ..counters import counters
+
+SOURCE_FILE = "source.pkl"
+
+
+def _compiled_kernel_class():
+    """Triton's ``CompiledKernel`` when its constructor is the one this module builds on."""
+    try:
+        from triton.compiler.compiler import CompiledKernel
+    except ImportError:
+        return None
+    try:
+        params = list(inspect.signature(CompiledKernel.__init__).parameters)
+    except (TypeError, ValueError):
+        return None
+    return CompiledKernel if params == ["self", "src", "metadata_group", "hash"] else None
+
+
+def record_key(meta: dict, config: dict, device_name: str) -> str:
+    """The key of one kernel's binary: body, specialization, config, device, Triton."""
+    import triton
+
+    sizes = (meta["xnumel"], meta["rnumel"]) if meta["reduction"] else (meta["xnumel"],)
+    specialization = tuple((s == 1, s % 16 == 0, s >= 2**31) for s in sizes)
+    text = json.dumps([meta.get("file"), meta["function"], sorted(meta["signature"].items()),
+                       specialization, sorted(config.items()), device_name, triton.__version__])
+    return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def _folder(cache_dir: str, key: str) -> str:
+    return os.path.join(cache_dir, "binaries", key)
+
+
+def has_record(cache_dir: str, key: str) -> bool:
+    return os.path.exists(os.path.join(_folder(cache_dir, key), SOURCE_FILE))
+
+
+def store(cache_dir: str, key: str, compiled) -> bool:
+    """Keep ``compiled``'s binary and launcher description under ``key``; False if it cannot."""
+    try:
+        group = dict(compiled.metadata_group)
+        src = compiled.src
+        binary_ext = _binary_ext(compiled)
+        wanted = {name: path for name, path in group.items()
+                  if name.endswith(".json") or name.endswith("." + binary_ext)}
+        if not any(n.endswith(".json") for n in wanted) or len(wanted) < 2:
+            return False
+        description = dict(hash=compiled.hash, files=sorted(wanted), signature=dict(src.signature),
+                           constants=dict(getattr(src, "constants", {}) or {}))
+        folder = _folder(cache_dir, key)
+        tmp = f"{folder}.{os.getpid()}.tmp"
+        os.makedirs(tmp, exist_ok=True)
+        for name, path in wanted.items():
+            shutil.copyfile(path, os.path.join(tmp, name))
+        with open(os.path.join(tmp, SOURCE_FILE), "wb") as f:
+            pickle.dump(description, f)
+        try:
+            os.replace(tmp, folder)
+        except OSError:   # another process stored it first
+            shutil.rmtree(tmp, ignore_errors=True)
+        return True
+    except Exception as error:  # never fatal: the next process compiles through Triton
+        logs.log("perf", f"could not keep a kernel binary: {type(error).__name__}: {error}")
+        return False
+
+
+def _binary_ext(compiled) -> str:
+    from triton.compiler.compiler import make_backend
+
+    return make_backend(compiled.metadata.target).binary_ext
+
+
+def load(cache_dir: str, key: str, kernel):
+    """Triton's compiled kernel for ``kernel`` (a ``JITFunction``) from the record ``key``, or None."""
+    cls = _compiled_kernel_class()
+    folder = _folder(cache_dir, key)
+    if cls is None or not has_record(cache_dir, key):
+        return None
+    try:
+        with open(os.path.join(folder, SOURCE_FILE), "rb") as f:
+            description = pickle.load(f)
+        # What Triton's launcher reads of the kernel's source: its function (for argument
+        # names), signature and constants.
+        source = types.SimpleNamespace(fn=kernel, signature=description["signature"],
+                                       constants=description["constants"])
+        group = {name: os.path.join(folder, name) for name in description["files"]}
+        compiled = cls(source, group, description["hash"])
+    except Exception as error:
+        logs.log("perf", f"kernel binary {key} not loaded: {type(error).__name__}: {error}")
+        return None
+    counters["binary_cache_hits"] += 1
+    return compiled
