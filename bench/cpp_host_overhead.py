@@ -34,7 +34,7 @@ class GraphRecorder:
     """Keeps every compiled cpp graph and the arguments of its last call."""
 
     def __init__(self):
-        self.graphs = []   # [compiled graph, last args]
+        self.graphs = []   # [compiled graph, arguments of its last call, its own call]
         # graphs are made by a compile or loaded from the compiled-graph cache
         for maker in ("compile_aten_graphs_cpp", "load_artifact"):
             setattr(cpp_backend, maker, self.recording(getattr(cpp_backend, maker)))
