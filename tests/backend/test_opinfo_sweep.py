@@ -30,7 +30,8 @@ nn.functional.hardswish nn.functional.hardtanh nn.functional.layer_norm nn.funct
 nn.functional.logsigmoid nn.functional.mish nn.functional.pad nn.functional.relu
 nn.functional.relu6 nn.functional.rms_norm nn.functional.silu nn.functional.softplus
 nn.functional.softsign nn.functional.tanhshrink permute pow prod rad2deg reciprocal remainder
-repeat reshape round rsqrt rsub sigmoid sign sin sinh slice softmax sqrt square squeeze std sub
+repeat reshape round rsqrt rsub select_scatter sigmoid sign sin sinh slice slice_scatter softmax sqrt square
+squeeze std sub
 sum t tan tanh transpose tril triu true_divide trunc unsqueeze var var_mean where xlogy
 """.split()
 
