@@ -33,14 +33,19 @@ nn.functional.softsign nn.functional.tanhshrink permute pow prod rad2deg recipro
 repeat reshape round rsqrt rsub select_scatter sigmoid sign sin sinh slice slice_scatter softmax sqrt square
 squeeze std sub
 sum t tan tanh transpose tril triu true_divide trunc unsqueeze var var_mean where xlogy
+signbit max.reduction_with_dim max.reduction_no_dim max.binary min.reduction_with_dim
+min.reduction_no_dim min.binary split split_with_sizes unbind select narrow as_strided ones_like
+zeros_like new_full new_ones new_zeros fill
 """.split()
 
 # ops whose results are views: nothing to compute, so no kernel is expected
-VIEW_OPS = {"expand", "permute", "reshape", "slice", "squeeze", "t", "transpose", "unsqueeze"}
+VIEW_OPS = {"expand", "permute", "reshape", "slice", "squeeze", "t", "transpose", "unsqueeze", "split",
+            "split_with_sizes", "unbind", "select", "narrow", "as_strided"}
 MAX_SAMPLES = 2
 MAX_NUMEL = 1024
 
-OPS = {op.name: op for op in op_db if op.name in SWEPT and not op.variant_test_name}
+OPS = {name: op for op in op_db
+       for name in [op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")] if name in SWEPT}
 
 
 def _small_samples(op):
