@@ -35,7 +35,8 @@ CORE_OP_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
         "Python numbers as constants instead of tensors",
         ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod", "remainder",
          "atan2", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or",
-         "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "where", "clamp",
+         "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift",
+         "bitwise_right_shift", "where", "clamp",
          "clamp_min", "clamp_max"),
     ),
     "conversion": (

@@ -1,7 +1,7 @@
 """OpInfo sweep: torch's op database through the aot layer and this backend.
 
 For each op below (those whose ATen forms surge lowers), a few small float32
-samples are traced by surge's aot layer, compiled into Triton kernels (run in
+samples (int32 for the integer-only ops in ``INT_OPS``) are traced by surge's aot layer, compiled into Triton kernels (run in
 the interpreter without a GPU) and compared with eager. An op whose ATen
 graph surge could not trace is skipped with the aot layer's reason; a wrong
 result or a backend error fails.
@@ -35,8 +35,11 @@ squeeze std sub
 sum t tan tanh transpose tril triu true_divide trunc unsqueeze var var_mean where xlogy
 signbit max.reduction_with_dim max.reduction_no_dim max.binary min.reduction_with_dim
 min.reduction_no_dim min.binary split split_with_sizes unbind select narrow as_strided ones_like
-zeros_like new_full new_ones new_zeros fill
+zeros_like new_full new_ones new_zeros fill bitwise_and bitwise_or bitwise_xor bitwise_not
+bitwise_left_shift bitwise_right_shift
 """.split()
+# ops without float support: swept on int32 samples
+INT_OPS = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift"}
 
 # ops whose results are views: nothing to compute, so no kernel is expected
 VIEW_OPS = {"expand", "permute", "reshape", "slice", "squeeze", "t", "transpose", "unsqueeze", "split",
@@ -50,7 +53,8 @@ OPS = {name: op for op in op_db
 
 def _small_samples(op):
     out = []
-    for sample in op.sample_inputs("cpu", torch.float32, requires_grad=False):
+    dtype = torch.int32 if op.name in INT_OPS else torch.float32
+    for sample in op.sample_inputs("cpu", dtype, requires_grad=False):
         leaves = [x for x in pytree.tree_leaves((sample.input, sample.args, sample.kwargs))
                   if isinstance(x, torch.Tensor)]
         if not leaves or any(x.numel() > MAX_NUMEL or x.numel() == 0 for x in leaves):
@@ -88,7 +92,7 @@ def test_op_matches_eager(name):
     op = OPS[name]
     samples = _small_samples(op)
     if not samples:
-        pytest.skip("no small float32 sample")
+        pytest.skip("no small sample")
     made, backend_errors = [], []
     options = Options(raise_internal_errors=True, cache_dir=os.environ.get("SURGE_CACHE_DIR"))
 

@@ -40,7 +40,7 @@ def sweep():
     for name in sorted(OPS):
         samples = _small_samples(OPS[name])
         if not samples:
-            results[name] = ("skip", "no small float32 sample")
+            results[name] = ("skip", "no small sample")
             continue
         made, runs = [], []
 
