@@ -25,10 +25,10 @@ import torch
 
 from .ir import Layout
 from .matmul_operands import strided_view
+from .ops_view import index_less, slice_
 from .registry import NotLowered, register_lowering
 from .tensor import LazyTensor
 from .values import Masked, Op
-from .ops_view import _index_less, slice_
 
 aten = torch.ops.aten
 
@@ -74,8 +74,8 @@ def _padded_operand(ctx, t: LazyTensor, rows: int, cols: int) -> LazyTensor:
 
     def load(idx):
         i, j = idx
-        conds = [cond for cond in (_index_less(i, r) if rows > r else None,
-                                   _index_less(j, c) if cols > c else None) if cond is not None]
+        conds = [cond for cond in (index_less(i, r) if rows > r else None,
+                                   index_less(j, c) if cols > c else None) if cond is not None]
         mask = conds[0] if len(conds) == 1 else Op("logical_and", conds, torch.bool)
         return Masked(mask, t.load([i, j]), 0)
 
@@ -90,7 +90,7 @@ def _padded_bias(ctx, bias: LazyTensor, n: int, n_pad: int) -> LazyTensor:
     """A 1-D (or 1 x N) bias zero-padded to ``n_pad`` columns."""
     def load(idx):
         inner = [0] * (bias.ndim - 1) + [idx[0]]
-        return Masked(_index_less(idx[0], n), bias.load(inner), 0)
+        return Masked(index_less(idx[0], n), bias.load(inner), 0)
     return ctx.realize(LazyTensor((n_pad,), bias.dtype, bias.device, loader=load))
 
 

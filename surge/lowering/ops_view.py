@@ -272,11 +272,11 @@ def repeat(ctx, x, repeats):
     return x.with_view(shape, None, remap)
 
 
-def _index_less(expr, bound):
+def index_less(expr, bound):
     return Op("lt", [IndexValue(expr), Constant(int(bound), torch.int64)], torch.bool)
 
 
-def _index_at_least(expr, bound):
+def index_at_least(expr, bound):
     return Op("ge", [IndexValue(expr), Constant(int(bound), torch.int64)], torch.bool)
 
 
@@ -304,12 +304,12 @@ def cat(ctx, tensors, dim=0):
             value = cast(t.load(inner), dtype)
             if result is None:
                 if len(pieces) > 1:
-                    value = Masked(_index_at_least(pos, begin), value, 0)
+                    value = Masked(index_at_least(pos, begin), value, 0)
                 result = value
                 continue
-            cond = _index_less(pos, begin + n)
+            cond = index_less(pos, begin + n)
             if begin:
-                cond = Op("logical_and", [_index_at_least(pos, begin), cond], torch.bool)
+                cond = Op("logical_and", [index_at_least(pos, begin), cond], torch.bool)
             result = Op("where", [cond, Masked(cond, value, 0), result], dtype)
         return result
     return LazyTensor(shape, dtype, ctx.device, loader=load)
@@ -328,8 +328,8 @@ def slice_scatter(ctx, base, src, dim=0, start=None, end=None, step=1):
 
     def load(idx):
         pos = idx[dim]
-        conds = ([_index_at_least(pos, begin)] if begin > 0 else []) + \
-                ([_index_less(pos, stop)] if stop < size else [])
+        conds = ([index_at_least(pos, begin)] if begin > 0 else []) + \
+                ([index_less(pos, stop)] if stop < size else [])
         inner = list(idx)
         inner[dim] = pos - begin
         if not conds:   # the slice covers the whole dim
@@ -368,9 +368,9 @@ def constant_pad_nd(ctx, x, pad, value=0):
         for d, (before, after) in befores.items():
             inner[d] = idx[d] - before
             if before > 0:
-                conds.append(_index_at_least(idx[d], before))
+                conds.append(index_at_least(idx[d], before))
             if after > 0:
-                conds.append(_index_less(idx[d], before + int(x.shape[d])))
+                conds.append(index_less(idx[d], before + int(x.shape[d])))
         v = cast(x.load(inner), dtype)
         if not conds:
             return v
