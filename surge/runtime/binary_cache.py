@@ -13,7 +13,8 @@ Triton to compile.
 
 The key holds everything the binary was specialized on: the kernel file and
 function, pointer dtypes, the size arguments' specialization (1, multiples of
-16, 64-bit), the launch config, the device and the Triton version. Pointer
+16, 64-bit), the launch config, the device, the Triton version and the
+environment variables Triton's own cache key holds. Pointer
 alignment is the one specialization the key cannot know before a launch: only
 binaries compiled for 16-byte-aligned pointers are stored, and one is loaded
 only for a launch whose pointers are all aligned. Anything unexpected (another
@@ -49,14 +50,25 @@ def _compiled_kernel_class():
     return CompiledKernel if params == ["self", "src", "metadata_group", "hash"] else None
 
 
+def _compile_environment() -> list:
+    """The environment variables Triton's own cache key holds (they change what it compiles)."""
+    try:
+        from triton.compiler.compiler import get_cache_invalidating_env_vars
+    except ImportError:
+        return []
+    return sorted((str(k), str(v)) for k, v in get_cache_invalidating_env_vars().items())
+
+
 def record_key(meta: dict, config: dict, device_name: str) -> str:
-    """The key of one kernel's binary: body, specialization, config, device, Triton."""
+    """The key of one kernel's binary: body, specialization, config, device, Triton and the
+    environment variables that change what it compiles."""
     import triton
 
     sizes = (meta["xnumel"], meta["rnumel"]) if meta["reduction"] else (meta["xnumel"],)
     specialization = tuple((s == 1, s % 16 == 0, s >= 2**31) for s in sizes)
     text = json.dumps([meta.get("file"), meta["function"], sorted(meta["signature"].items()),
-                       specialization, sorted(config.items()), device_name, triton.__version__])
+                       specialization, sorted(config.items()), device_name, triton.__version__,
+                       _compile_environment()])
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 

@@ -168,3 +168,13 @@ def test_binary_keys_follow_everything_the_binary_is_specialized_on():
     assert key != record_key(meta, dict(config, num_warps=8), "H200")
     assert key != record_key(meta, config, "H100")
     assert key != record_key(dict(meta, signature={**meta["signature"], "in_ptr0": "*bf16"}), config, "H200")
+
+
+def test_binary_keys_follow_tritons_compile_environment(monkeypatch):
+    from surge.runtime import binary_cache
+
+    meta = dict(file="abc", function="k", xnumel=64, rnumel=1, reduction=False, signature={"out_ptr0": "*fp32"})
+    config = dict(XBLOCK=64, num_warps=1, num_stages=1)
+    before = binary_cache.record_key(meta, config, "H200")
+    monkeypatch.setattr(binary_cache, "_compile_environment", lambda: [("TRITON_DEFAULT_FP_FUSION", "0")])
+    assert binary_cache.record_key(meta, config, "H200") != before
