@@ -1,7 +1,7 @@
 """Boxed calling convention: a compiled graph that may free its inputs as it runs.
 
-A callable with ``boxed_call = True`` takes one list of arguments and may clear
-it. The runtime hands the backward its saved tensors that way, so each saved
+A callable with ``boxed_call = True`` (or a ``call_boxed(args)`` method, as
+surge's compiled graphs have) takes one list of arguments and may clear it. The runtime hands the backward its saved tensors that way, so each saved
 tensor is freed right after its last use in the backward instead of living until
 the backward returns. Compilers may return either convention.
 """
@@ -43,7 +43,11 @@ class _Boxed:
 
 
 def call_compiled(fn: Callable, args: list):
-    """Call a compiled graph in whichever convention it uses; ``args`` is consumed."""
+    """Call a compiled graph in whichever convention it uses; ``args`` is consumed.
+    Surge's own compiled graphs take the list through ``call_boxed``."""
     if getattr(fn, "boxed_call", False):
         return fn(args)
+    boxed = getattr(fn, "call_boxed", None)
+    if boxed is not None:
+        return boxed(args)
     return fn(*args)

@@ -52,9 +52,13 @@ class CompiledCppGraph:
                 "library_source": self.library_source}
 
     def __call__(self, *args):
+        return self.call_boxed(list(args))
+
+    def call_boxed(self, args: list):
+        """Run on ``args``, emptying the list: each input is dropped after its last use."""
         if self.constants:
-            return self.call(list(args) + self.constants)
-        return self.call(list(args))
+            args.extend(self.constants)
+        return self.call(args)
 
     @property
     def kernel_names(self) -> list:

@@ -45,9 +45,13 @@ class CompiledGraph:
                 "autotune": self.autotune}
 
     def __call__(self, *args):
+        return self.call_boxed(list(args))
+
+    def call_boxed(self, args: list):
+        """Run on ``args``, emptying the list: each input is dropped after its last use."""
         if self.constants:
-            return self.call(list(args) + self.constants)
-        return self.call(list(args))
+            args.extend(self.constants)
+        return self.call(args)
 
     @property
     def kernel_names(self) -> list:

@@ -87,6 +87,7 @@ class WrapperWriter:
         if g.inputs:
             names = ", ".join(b.name for b in g.inputs)
             body.append(f"{names}, = args")
+        body.append("args.clear()   # each input lives until its last use (below), not the whole call")
         reused = {src for sm in self.schedule.memory.steps for _, src in sm.allocate if src}
         device = python_literal(g.device)
         for step, sm in zip(self.schedule.steps, self.schedule.memory.steps):
@@ -103,7 +104,7 @@ class WrapperWriter:
             else:
                 body.append(self.extern_line(step.buffer))
                 body.extend(self.layout_check(step.buffer))
-            dead = [n for n in sm.free_after if n not in reused]
+            dead = [n for n in sm.free_after if n not in reused] + sm.inputs_dead_after
             if dead:
                 body.append(f"del {', '.join(dead)}")
         outs = [self.output(o.arg) for o in g.outputs]

@@ -24,6 +24,9 @@ from .groups import KernelGroup
 class StepMemory:
     allocate: list = dataclasses.field(default_factory=list)   # (name, reused name or None)
     free_after: list = dataclasses.field(default_factory=list)  # names dead after this step
+    # graph inputs read for the last time by this step: the host drops its references, so
+    # a caller that handed over its list of arguments (a backward's saved tensors) frees them
+    inputs_dead_after: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -107,6 +110,8 @@ def plan_memory(graph: LoopGraph, steps: list) -> MemoryPlan:
                     sm.allocate.append((name, None))
                     plan.allocations += 1
         for name, last in last_use.items():
+            if last == k and name in input_names:
+                sm.inputs_dead_after.append(name)
             if last == k and name not in input_names:
                 sm.free_after.append(name)
                 buf = by_name[name]

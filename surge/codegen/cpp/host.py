@@ -70,6 +70,7 @@ class HostWriter:
         lines = []
         if g.inputs:
             lines.append(f"{', '.join(b.name for b in g.inputs)}, = args")
+        lines.append("args.clear()   # each input lives until its last use (below), not the whole call")
         k = 0
         while k < len(steps):
             seg = self.module.segment_of_step.get(k)
@@ -86,7 +87,8 @@ class HostWriter:
             else:
                 lines.append(self.aten.extern_line(steps[k].buffer))
                 lines.extend(self.aten.layout_check(steps[k].buffer))
-            dead = [n for j in run for n in memory[j].free_after if n not in reused] + aliased
+            dead = ([n for j in run for n in memory[j].free_after if n not in reused] + aliased
+                    + [n for j in run for n in memory[j].inputs_dead_after])
             if dead:
                 lines.append(f"del {', '.join(dead)}")
             k = run.stop
