@@ -125,6 +125,9 @@ _PATHS = sysconfig.get_paths()
 _STDLIB_DIRS = _folders(_PATHS["stdlib"], _PATHS["platstdlib"])
 _PACKAGE_DIRS = _folders(_PATHS["purelib"], _PATHS["platlib"])
 _TORCH_AND_SURGE_DIRS = _folders(os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))
+# surge's bundled models and bench workloads are compiled as user code (as in is_user_code)
+_SURGE_USER_DIRS = _folders(*(os.path.join(os.path.dirname(os.path.dirname(__file__)), sub)
+                              for sub in ("models", "tools")))
 
 
 _COMPILES: "weakref.WeakKeyDictionary[types.CodeType, bool]" = weakref.WeakKeyDictionary()
@@ -142,6 +145,8 @@ def _is_user_file(filename: str, module: str | None) -> bool:
     if filename.startswith("<frozen"):
         return False
     path = os.path.realpath(filename)
+    if path.startswith(_SURGE_USER_DIRS):
+        return True
     if path.startswith(_TORCH_AND_SURGE_DIRS):
         return False
     if path.startswith(_PACKAGE_DIRS):  # libraries built on torch (model zoos), not numpy & co.

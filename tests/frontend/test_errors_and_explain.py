@@ -142,3 +142,15 @@ def test_user_code_is_neither_torch_nor_surge_internals():
     assert is_user_code(os.path.join(package, "models", "gpt.py"))        # bundled models are compiled as user code
     assert is_user_code(os.path.join(package, "tools", "workloads.py"))
     assert is_user_code(os.path.abspath("train.py"))
+
+
+def test_callees_in_bundled_models_compile_as_user_code():
+    """A break inside a bundled model's function resumes inside it, as in the user's own code."""
+    import os
+
+    import surge
+    from surge.frontend.compiled_callees import _is_user_file
+
+    package = os.path.dirname(os.path.abspath(surge.__file__))
+    assert _is_user_file(os.path.join(package, "models", "gpt.py"), "surge.models.gpt")
+    assert not _is_user_file(os.path.join(package, "frontend", "capture.py"), "surge.frontend.capture")
