@@ -120,6 +120,12 @@ def realize_matmul_operand(ctx, t: LazyTensor) -> LazyTensor:
     which BLAS takes as is."""
     if t.view is not None or not reads_down_columns(t):
         return ctx.realize(t)
+    return realize_transposed(ctx, t)
+
+
+def realize_transposed(ctx, t: LazyTensor) -> LazyTensor:
+    """``t`` (a matrix or a batch of them) computed as its transpose, contiguous, and viewed
+    back in ``t``'s shape: each matrix is stored column by column."""
     shape = tuple(t.shape)
     swapped = shape[:-2] + (shape[-1], shape[-2])
 

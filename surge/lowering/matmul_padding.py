@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from .ir import Layout
-from .matmul_operands import strided_view
+from .matmul_operands import realize_transposed, strided_view
 from .ops_view import index_less, slice_
 from .registry import NotLowered, register_lowering
 from .tensor import LazyTensor
@@ -79,11 +78,8 @@ def _padded_operand(ctx, t: LazyTensor, rows: int, cols: int) -> LazyTensor:
         mask = conds[0] if len(conds) == 1 else Op("logical_and", conds, torch.bool)
         return Masked(mask, t.load([i, j]), 0)
 
-    if transposed:   # computed as the (cols, rows) matrix it is in memory, then viewed transposed
-        physical = LazyTensor((cols, rows), t.dtype, t.device, loader=lambda idx: load([idx[1], idx[0]]))
-        name = ctx.realize(physical).view[0]
-        return LazyTensor.of_buffer(name, Layout((rows, cols), (1, rows)), t.dtype, t.device)
-    return ctx.realize(LazyTensor((rows, cols), t.dtype, t.device, loader=load))
+    padded = LazyTensor((rows, cols), t.dtype, t.device, loader=load)
+    return realize_transposed(ctx, padded) if transposed else ctx.realize(padded)
 
 
 def _padded_bias(ctx, bias: LazyTensor, n: int, n_pad: int) -> LazyTensor:

@@ -62,12 +62,7 @@ def plan_split(rows: int, rnumel: int, threshold: int):
     splits = min(TARGET_PROGRAMS // rows, rnumel // min_chunk)
     if splits < 2:
         return None
-    for s in range(splits, max(splits // 2, 1), -1):   # a divisor of the row needs no masking
-        if rnumel % s == 0:
-            splits = s
-            break
-    chunk = math.ceil(rnumel / splits)
-    return math.ceil(rnumel / chunk), chunk
+    return _chunks(rnumel, splits)
 
 
 def _neutral(reduction_type: str, dtype: torch.dtype):
@@ -86,6 +81,17 @@ def _neutral(reduction_type: str, dtype: torch.dtype):
         return not low
     info = torch.iinfo(dtype)
     return info.min if low else info.max
+
+
+def _chunks(rnumel: int, splits: int) -> tuple:
+    """(chunks, chunk size) for about ``splits`` chunks of a row, preferring a count that
+    divides the row (no masked lanes)."""
+    for s in range(splits, max(splits // 2, 1), -1):
+        if rnumel % s == 0:
+            splits = s
+            break
+    chunk = math.ceil(rnumel / splits)
+    return math.ceil(rnumel / chunk), chunk
 
 
 def splits_columns(device) -> bool:
@@ -108,12 +114,7 @@ def plan_column_split(columns: int, rnumel: int):
     splits = min(TARGET_PROGRAMS // tiles, rnumel // MIN_COLUMN_CHUNK)
     if splits < 2:
         return None
-    for s in range(splits, max(splits // 2, 1), -1):
-        if rnumel % s == 0:
-            splits = s
-            break
-    chunk = math.ceil(rnumel / splits)
-    return math.ceil(rnumel / chunk), chunk
+    return _chunks(rnumel, splits)
 
 
 class _Split:
