@@ -51,6 +51,9 @@ class Options:
     # Reuse whole compiled graphs (aot, lowering, codegen results) from the disk
     # cache across processes; off to debug those layers.
     graph_cache: bool = True
+    # Reuse captures (guards, entry code, graph) from the disk cache across
+    # processes: a new process skips capture for frames it has seen.
+    frontend_cache: bool = True
     # A reduction of at least this many elements per row over few rows is split in two
     # kernels (partials, then their combination) so that it fills the machine.
     split_reduction_min_elements: int = 65536
@@ -67,6 +70,7 @@ class Options:
             cache_dir=_env_str("SURGE_CACHE_DIR", None),
             raise_internal_errors=_env_bool("SURGE_RAISE_INTERNAL_ERRORS", False),
             graph_cache=_env_bool("SURGE_GRAPH_CACHE", True),
+            frontend_cache=_env_bool("SURGE_FRONTEND_CACHE", True),
             split_reduction_min_elements=_env_int("SURGE_SPLIT_REDUCTION_MIN_ELEMENTS", 65536),
             pad_matmuls=_env_bool("SURGE_PAD_MATMULS", None),
         )

@@ -13,6 +13,11 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Captures stored on disk would let one test (or an earlier run) serve another's
+# first call and change what it counts; the frontend disk cache's own tests turn
+# it on with a folder of their own.
+os.environ.setdefault("SURGE_FRONTEND_CACHE", "0")
+
 import surge  # noqa: E402
 
 

@@ -9,6 +9,7 @@ past the positional arguments are read "however the call passes them", so
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 
 from ..errors import Unsupported
 from .interpreter.frame import LazyInput
@@ -68,15 +69,28 @@ def bind_root(tracer, fn, args: tuple, kwargs: dict) -> dict:
     return bound
 
 
-def _keyword_acceptor(names, nargs, keyword_params, required):
-    position = {name: i for i, name in enumerate(names[:nargs])}
+@dataclass(frozen=True)
+class _KeywordAcceptor:
+    """Whether a call's keywords bind as the captured call's did (a plain value: an entry
+    that names it can be stored on disk)."""
+    position: dict        # name -> index of the positional parameters
+    nargs: int
+    keyword_params: frozenset
+    required: tuple
 
-    def call_accepts(npos, kwargs):
+    disk_value = True
+
+    def __call__(self, npos, kwargs):
+        position = self.position
         for key in kwargs:
-            if key not in keyword_params or position.get(key, nargs) < npos:
+            if key not in self.keyword_params or position.get(key, self.nargs) < npos:
                 return False
-        return all(name in kwargs or position.get(name, nargs) < npos for name in required)
-    return call_accepts
+        return all(name in kwargs or position.get(name, self.nargs) < npos for name in self.required)
+
+
+def _keyword_acceptor(names, nargs, keyword_params, required):
+    return _KeywordAcceptor({name: i for i, name in enumerate(names[:nargs])}, nargs,
+                            frozenset(keyword_params), tuple(required))
 
 
 def _bind_exact(tracer, fn, args: tuple, kwargs: dict) -> dict:

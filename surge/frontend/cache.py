@@ -1,8 +1,9 @@
 """Cache entries per code object, recompiles, and the cache size limit.
 
 Each code object has a ``CodeCache``: the generated entry functions, tried in
-order on each call. A miss captures again (a recompile when entries exist) and
-logs which guard of the most recent entry failed. After
+order on each call. A miss first tries the captures of earlier processes kept
+on disk (``disk_cache.py``), then captures again (a recompile when entries
+exist) and logs which guard of the most recent entry failed. After
 ``options.cache_size_limit`` recompiles the code object runs eagerly.
 """
 from __future__ import annotations
@@ -11,14 +12,22 @@ import weakref
 
 from .. import logs
 from ..counters import counters
+from . import disk_cache
 from .breaks import ResumeCaller
 from .capture import CacheEntry, capture_call
 from .codegen import MISS
+from .resume import is_resume_code
+from .tracer import DECORATE_CONTEXT_CODE
 
 
 class CodeCache:
-    def __init__(self, code, backend=None, resume_cache=None):
+    def __init__(self, code, backend=None, resume_cache=None, use_disk=True):
         self.code = code
+        # Captures of this code are kept on disk and looked up there (not for explain's
+        # private caches, nor for generated resume code).
+        self.use_disk = use_disk and not is_resume_code(code) and code is not DECORATE_CONTEXT_CODE
+        self._disk_key = None
+        self._disk_entries: list | None = None  # stored entries not adopted yet: (run, graph, record)
         self.backend = backend
         # code -> the CodeCache of a resume function this code's graph breaks call.
         self.resume_cache = resume_cache
@@ -33,12 +42,18 @@ class CodeCache:
         self.runners.clear()
         self.recompiles = 0
         self.run_eagerly = False
+        self._disk_entries = None
 
     def miss(self, fn, args, kwargs, options, backend, records=None):
         """Capture a new entry for this call (or run eagerly past the limit) and run it."""
         counters["cache_misses"] += 1
         if self.run_eagerly:
             return fn(*args, **kwargs)
+        use_disk = self.use_disk and options.frontend_cache
+        if use_disk:
+            result = self._from_disk(fn, args, kwargs, options, backend, records)
+            if result is not MISS:
+                return result
         if self.entries:
             if self.recompiles >= options.cache_size_limit:
                 self.run_eagerly = True
@@ -59,6 +74,10 @@ class CodeCache:
         resume_caller = None if self.resume_cache is None else \
             ResumeCaller(self.resume_cache, options, backend, records)
         entry = capture_call(fn, args, kwargs, options, backend, resume_caller)
+        if entry.disk_record is not None:
+            if use_disk and self._disk_key is not None:
+                disk_cache.store_record(options, self._disk_key, entry.disk_record)
+            entry.disk_record = None
         self.entries.append(entry)
         self.runners.append(entry.run)
         if records is not None:
@@ -71,6 +90,35 @@ class CodeCache:
             return fn(*args, **kwargs)
         return result
 
+    def _from_disk(self, fn, args, kwargs, options, backend, records):
+        """Run the call through a capture an earlier process stored, adopting it; MISS if none fits."""
+        if self._disk_entries is None:
+            self._disk_key = disk_cache.code_key(self.code, options)
+            stored = disk_cache.load_records(options, self._disk_key) if self._disk_key else []
+            self._disk_entries = []
+            for record in reversed(stored):  # the newest first
+                made = disk_cache.runnable(record, backend, counters)
+                if made is not None:
+                    self._disk_entries.append((*made, record))
+        for item in self._disk_entries:
+            run, graph, record = item
+            counters["cache_hits"] -= 1  # the entry's run counts a hit; this call was a miss
+            result = run(fn, args, kwargs)
+            if result is MISS:
+                counters["cache_hits"] += 1
+                continue
+            self._disk_entries.remove(item)
+            counters["frontend_disk_hits"] += 1
+            logs.log("perf", f"frontend disk cache: {self.code.co_name} ({self.code.co_filename}:"
+                             f"{self.code.co_firstlineno}) runs a stored capture")
+            entry = CacheEntry(run, record.source, record.guards_text, _no_diagnosis, graph=graph)
+            self.entries.append(entry)
+            self.runners.append(run)
+            if records is not None:
+                records.append(entry)
+            return result
+        return MISS
+
     def _failed_guard(self, fn, args, kwargs) -> str:
         entry = self.entries[-1]
         return entry.diagnose(fn, args, kwargs) or "(no single guard failed)"
@@ -80,6 +128,10 @@ class CodeCache:
 # the same backend share entries; another backend (or fullgraph) gets its own.
 _CACHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _ALL: "weakref.WeakSet[CodeCache]" = weakref.WeakSet()
+
+
+def _no_diagnosis(fn, args, kwargs):
+    return "(a guard of a capture loaded from disk; SURGE_FRONTEND_CACHE=0 names it)"
 
 
 def cache_for(code, backend, fullgraph: bool) -> CodeCache:
@@ -102,11 +154,11 @@ def private_cache(code, backend, fullgraph: bool) -> CodeCache:
     def resume_cache(resume):
         found = resume_caches.get(resume)
         if found is None:
-            found = resume_caches[resume] = CodeCache(resume, backend, resume_cache)
+            found = resume_caches[resume] = CodeCache(resume, backend, resume_cache, use_disk=False)
             _ALL.add(found)
         return found
 
-    cache = CodeCache(code, backend, resume_cache)
+    cache = CodeCache(code, backend, resume_cache, use_disk=False)
     _ALL.add(cache)
     return cache
 

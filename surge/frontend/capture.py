@@ -20,6 +20,7 @@ from ..counters import counters
 from ..errors import BackendCompilerFailed, InternalError, Unsupported
 from ..tools.debug_dir import source_of, write_current
 from ..tools.phases import phase_timer
+from . import disk_cache
 from .binding import bind_root
 from .breaks import BreakRunner, BreakState, BreakStateCodegen, ResumeCaller, grad_mode_outside_blocks
 from .codegen import EntryCodegen, generate_diagnosis, generate_entry
@@ -67,6 +68,7 @@ class CacheEntry:
     fallback: BreakReason | None = None
     graph_break: BreakReason | None = None  # the frame was split there
     compile_seconds: float = 0.0
+    disk_record: object = None       # what the frontend disk cache stores of it (disk_cache.Record)
 
 
 def _root_cells(tracer, fn) -> dict:
@@ -293,6 +295,11 @@ def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
     )
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer),
                        graph=gm, compile_seconds=time.perf_counter() - start)
+    if options.frontend_cache and not is_resume_code(fn.__code__) and fn.__code__ is not DECORATE_CONTEXT_CODE:
+        entry.disk_record = disk_cache.make_record(
+            tracer, gm, input_sources=input_sources,
+            return_expr=lambda cg: ReturnCodegen(cg, output_index).expr(result),
+            effects=lambda cg: tracer.side_effects.statements(cg, ReturnCodegen(cg, output_index).expr))
     write_current(options, "guards.txt", entry.guards_text)
     _log_entry(fn, entry)
     return entry

@@ -67,8 +67,38 @@ def generate_entry(guards: GuardSet, consts: ConstTable, *, input_sources: list,
     ``finish`` is the expression returned after the side effects, over ``result`` (a
     graph break's entry passes the frame state on to the break code there).
     """
+    name, source = entry_source(guards, consts, input_sources=input_sources, return_expr=return_expr,
+                                effects=effects, has_graph=compiled is not None, run_eagerly=run_eagerly,
+                                finish=finish)
+    namespace = dict(consts.values)
+    namespace.update(MISS=MISS, compiled=compiled, counters=counters)
+    return source, exec_entry(name, source, namespace)
+
+
+def exec_entry(name: str, source: str, namespace: dict):
+    """The function an entry's source defines, its globals ``namespace``."""
+    exec(compile(source, f"<{name}>", "exec"), namespace)
+    return namespace[name]
+
+
+def entry_source(guards: GuardSet, consts: ConstTable, *, input_sources: list, return_expr, effects=None,
+                 has_graph=True, run_eagerly=False, finish="result", bound: dict | None = None):
+    """(function name, source) of an entry; see ``generate_entry``.
+
+    ``bound`` maps constants to checks (``{v}``: the value): the first identity guard
+    of such a constant reads it from the call instead (``K = v3``) and checks it is
+    like the captured object. The entry then serves any object at that source that
+    passes its guards, as a new process needs (disk_cache.py)."""
     codegen = EntryCodegen(consts)
+    assigned: set = set()
     for guard in guards.guards:
+        target = _identity_target(guard)
+        if bound and target in bound and target not in assigned:
+            assigned.add(target)
+            codegen.lines.append(f"{target} = {codegen.value_of(guard.source)}")
+            codegen.lines.append(f"if not ({bound[target].replace('{v}', target)}):  # {guard.text} (or alike)")
+            codegen.lines.append("    return MISS")
+            continue
         cond = codegen.condition(guard)
         codegen.lines.append(f"if not ({cond}):  # {guard.text}")
         codegen.lines.append("    return MISS")
@@ -81,7 +111,7 @@ def generate_entry(guards: GuardSet, consts: ConstTable, *, input_sources: list,
         ret = return_expr(codegen)
         writes = effects(codegen) if effects is not None else []
         body = list(codegen.lines)
-        if compiled is not None:
+        if has_graph:
             body.append(f"out = compiled({', '.join(inputs)})")
         body.append(f"result = {ret}")
         body += writes  # replayed side effects, after the graph ran and the result was read
@@ -91,11 +121,15 @@ def generate_entry(guards: GuardSet, consts: ConstTable, *, input_sources: list,
     lines += _indent(guard_lines or ["pass"], 2)
     lines += ["    except Exception:", "        return MISS", "    counters['cache_hits'] += 1"]
     lines += _indent(body, 1)
-    source = "\n".join(lines) + "\n"
-    namespace = dict(consts.values)
-    namespace.update(MISS=MISS, compiled=compiled, counters=counters)
-    exec(compile(source, f"<{name}>", "exec"), namespace)
-    return source, namespace[name]
+    return name, "\n".join(lines) + "\n"
+
+
+def _identity_target(guard) -> str | None:
+    """The constant an identity guard (``{v} is K``) compares with."""
+    prefix = "{v} is "
+    if guard.other is None and guard.condition.startswith(prefix) and guard.condition[len(prefix):].isidentifier():
+        return guard.condition[len(prefix):]
+    return None
 
 
 def generate_diagnosis(guards: GuardSet, consts: ConstTable):

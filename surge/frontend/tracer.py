@@ -55,6 +55,17 @@ class Tracer:
         self._containers: dict = {}
         # id -> (cell, CellVariable) of the closure cells read from functions.
         self._cells: dict = {}
+        # The files of every code object a frame ran: what a capture kept on disk
+        # depends on (frontend/disk_cache.py).
+        self.code_files: set[str] = set()
+
+    def note_code(self, code, f_globals: dict) -> None:
+        """Remember the file a running frame's code comes from (``code_files``)."""
+        path = code.co_filename
+        if path == "<string>" and code.co_qualname.startswith("__create_fn__."):
+            # A dataclass's generated method: its text follows the class, in the module's file.
+            path = f_globals.get("__file__") or path
+        self.code_files.add(path)
 
     def wrap(self, value, source):
         if source is None:

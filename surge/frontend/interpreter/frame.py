@@ -62,6 +62,7 @@ class Frame:
                  name: str | None = None, is_generator=False):
         self.tracer = tracer
         self.code = code
+        tracer.note_code(code, f_globals)
         self.f_globals = f_globals
         self.decoded = decode(code)
         self.instructions: list[Instruction] = self.decoded.instructions
