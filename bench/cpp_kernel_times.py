@@ -34,19 +34,19 @@ KERNEL_CALL = re.compile(r"^(    )((?:g\d+_)?cpp_\w+\(.*\));$", re.M)
 def recorded_graphs(name: str, scale: str) -> list:
     """(compiled graph, arguments) of each cpp graph one step of the workload calls."""
     calls = []
-    call = cpp_backend.CompiledCppGraph.__call__
+    call = cpp_backend.CompiledCppGraph.call_boxed
 
-    def recording(graph, *args):
+    def recording(graph, args):
         calls.append((graph, list(args) + graph.constants))
-        return call(graph, *args)
+        return call(graph, args)
 
-    cpp_backend.CompiledCppGraph.__call__ = recording
+    cpp_backend.CompiledCppGraph.call_boxed = recording   # the aot runtime calls graphs boxed
     try:
         inst = workloads.build(name, "cpu", scale)
         compiled = surge.compile(inst.fresh_target())
         inst.run(compiled, compiled, inst.make_inputs(0))
     finally:
-        cpp_backend.CompiledCppGraph.__call__ = call
+        cpp_backend.CompiledCppGraph.call_boxed = call
     return list({id(g): (g, args) for g, args in calls}.values())
 
 

@@ -164,10 +164,12 @@ def _host_module(aten_gm, example_inputs, options: Options, cache_dir: str, tool
         if graph.device.type != "cpu":
             raise SurgeError(f"the cpp backend runs CPU tensors, this graph's are on {graph.device}")
         write_current(options, "loop_ir.txt", graph.__str__)
-        schedule = schedule_graph(graph)
-        write_current(options, "schedule.txt", schedule.__str__)
+        shared = schedule_graph(graph)
         with phase_timer.phase("codegen"):
-            source = generate_host_module(schedule, generate_cpp_module(schedule, prefix))
+            cpp_module = generate_cpp_module(shared, prefix)
+            source = generate_host_module(shared, cpp_module)
+        schedule = cpp_module.schedule  # the shared one, refined for CPUs (column sums in row kernels)
+        write_current(options, "schedule.txt", schedule.__str__)
         code_cache.write_module(path, source)
     if logs.enabled("output_code"):
         logs.log("output_code", f"{path}\n{source}")

@@ -22,13 +22,13 @@ import sympy
 from ..lowering.ir import ComputedBuffer
 from ..lowering.sizes import FloorDiv, Mod, index_symbol, linear_coefficient, product, simplify_with_ranges
 from ..lowering.values import IndexValue, Load, substitute_index, walk
-from ..schedule.groups import KernelGroup, kernel_bounds, var_mapping
+from ..schedule.groups import KernelGroup, kernel_bounds
 
 
 @dataclasses.dataclass(eq=False)
 class Member:
     buffer: ComputedBuffer
-    role: str              # "reduction" | "xr" | "x"
+    role: str              # "reduction" | "xr" | "x" | "column"
     value: object          # Value in kernel symbols
     store_index: sympy.Expr
     stored: bool
@@ -101,7 +101,7 @@ def prepare_kernel(group: KernelGroup) -> KernelPlan:
 
     for node in group.nodes:
         role = group.role(node)
-        mapping = var_mapping(node, group.x_ranges, group.r_ranges)
+        mapping = group.var_mapping(node)
         raw.append((node, role, substitute_index(node.value, mapping, rewrite),
                     rewrite(node.store_index().xreplace(mapping))))
     in_group = {n.name for n in group.nodes}
@@ -143,7 +143,7 @@ def _assign_stages(plan: KernelPlan) -> None:
     for m in plan.members:
         deps = {ld.buffer for ld in walk(m.value) if isinstance(ld, Load) and plan.member(ld.buffer)}
         first = max((available(d) for d in deps), default=0)
-        if m.role == "reduction":
+        if m.role in ("reduction", "column"):   # a column sum accumulates in that pass
             m.stage = first
         ready[m.buffer.name] = first
 

@@ -6,7 +6,12 @@ reduction group, ``r_ranges`` (reduced). Each member buffer plays one role:
 - ``reduction``: reduces over the r loops, one result per x point;
 - ``xr``: pointwise over x + r (prologues and epilogues of the reductions);
 - ``x``: pointwise over x alone (per-row values, or every member of a
-  pointwise group).
+  pointwise group);
+- ``column``: a sum over the x loops, one result per r point (a sum over the
+  batch dim of values a row kernel computes: LayerNorm weight and Linear bias
+  gradients). Only a target-specific pass adds such members
+  (``column_fusion.py``); the role is kept by name, since for a square space
+  the sizes alone cannot tell a column sum from a row reduction.
 
 Inside a group a member reads another member's result from registers when it
 reads it at the very element the other computes; the scheduler fuses only
@@ -31,16 +36,25 @@ class KernelGroup:
     stores: list = dataclasses.field(default_factory=list)    # buffer names written to memory
     internal: list = dataclasses.field(default_factory=list)  # results that stay in registers
     name: str = ""
+    columns: set = dataclasses.field(default_factory=set)    # names of the ``column`` members
 
     @property
     def is_reduction(self) -> bool:
         return any(n.is_reduction for n in self.nodes)
 
     def role(self, node: ComputedBuffer) -> str:
+        if node.name in self.columns:
+            return "column"
         return node_role(node, self.x_ranges, self.r_ranges)
 
+    def var_mapping(self, node: ComputedBuffer) -> dict:
+        """The node's loop symbols as expressions of the kernel symbols."""
+        if node.name in self.columns:
+            return column_var_mapping(node, self.x_ranges, self.r_ranges)
+        return var_mapping(node, self.x_ranges, self.r_ranges)
+
     def kernel_index(self, node: ComputedBuffer, expr: sympy.Expr) -> sympy.Expr:
-        return simplify_with_ranges(expr.xreplace(var_mapping(node, self.x_ranges, self.r_ranges)),
+        return simplify_with_ranges(expr.xreplace(self.var_mapping(node)),
                                     kernel_bounds(self.x_ranges, self.r_ranges))
 
     def member(self, name: str):
@@ -131,6 +145,28 @@ def node_role(node: ComputedBuffer, x_ranges, r_ranges) -> str | None:
 def var_mapping(node: ComputedBuffer, x_ranges, r_ranges) -> dict:
     """The node's loop symbols (i*, r*) as expressions of the kernel symbols (x*, r*)."""
     _, runs = _space_runs(node, x_ranges, r_ranges)
+    return _mapping(node, x_ranges, r_ranges, runs)
+
+
+def column_runs(node: ComputedBuffer, x_ranges, r_ranges):
+    """Runs of the group's dims (x then r) for a sum over the x loops: the node's own
+    loops run along the group's r dims and its reduction loops along the x dims; None
+    when the sizes do not line up."""
+    if not node.is_reduction or not x_ranges or not r_ranges:
+        return None
+    own, reduced = _runs(node.ranges, tuple(r_ranges)), _runs(node.reduction_ranges, tuple(x_ranges))
+    if own is None or reduced is None:
+        return None
+    n_x = len(x_ranges)
+    return [(a + n_x, b + n_x) for a, b in own] + reduced
+
+
+def column_var_mapping(node: ComputedBuffer, x_ranges, r_ranges) -> dict:
+    """``var_mapping`` for a ``column`` member."""
+    return _mapping(node, x_ranges, r_ranges, column_runs(node, x_ranges, r_ranges))
+
+
+def _mapping(node: ComputedBuffer, x_ranges, r_ranges, runs) -> dict:
     dims = tuple(x_ranges) + tuple(r_ranges)
     n_x = len(x_ranges)
     kernel_syms = [index_symbol("x", k) for k in range(n_x)] + [index_symbol("r", k) for k in range(len(r_ranges))]

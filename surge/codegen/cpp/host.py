@@ -116,4 +116,8 @@ class HostWriter:
 
 
 def generate_host_module(schedule: Schedule, module: CppModule) -> str:
-    return HostWriter(schedule, module).write()
+    """The host code of ``module``, generated from ``schedule``: it follows the refined
+    schedule the module's kernels implement (``module.schedule``)."""
+    if module.schedule.graph is not schedule.graph:
+        raise ValueError("the C++ module was generated for another graph")
+    return HostWriter(module.schedule, module).write()

@@ -26,6 +26,7 @@ from ...lowering.values import Constant, IndexValue, Load, Masked, Op
 from ..common import KernelPlan, format_index
 from .affine_index import affine_index
 from .column_reduction import generate_columns, wants_columns
+from .column_sums import ColumnSums
 from .ops import OP_RULES, cast_expr, compute_dtype, ctype, literal, load_expr, storage_type, store_expr
 from .narrow_loads import NarrowLoads
 from .row_cache import RowCachePlanner
@@ -207,9 +208,15 @@ class CppKernelWriter:
     # -- stores ----------------------------------------------------------------
     def store(self, scope: Scope, member) -> None:
         buf = self.buffers[member.buffer.name]
-        e = self.reduced[member.buffer.name] if member.role == "reduction" else self.emit(scope, member.value)
+        reduced = member.role in ("reduction", "column")
+        e = self.reduced[member.buffer.name] if reduced else self.emit(scope, member.value)
         pointer = self.pointer(member.buffer.name, out=True)
         scope.lines.append(f"{pointer}[{self.index(member.store_index)}] = {store_expr(e.name, e.dtype, buf.dtype)};")
+
+    def store_result(self, scope: Scope, member, name: str) -> None:
+        """Store a reduction result that the C variable ``name`` holds."""
+        self.reduced[member.buffer.name] = Emitted(name, member.buffer.acc_dtype)
+        self.store(scope, member)
 
     # -- loops -----------------------------------------------------------------
     def loop_nest(self, outer: Scope, prefix: str, sizes, inner: Scope, pragmas: dict) -> None:
@@ -356,9 +363,10 @@ class CppKernelWriter:
 
     def plan_row_cache(self, row: Scope, row_stores: list) -> None:
         """Declare the scratch arrays of values that several passes over the row need."""
-        passes = [[m.value for m in self.plan.members if m.role == "reduction" and m.stage == stage]
+        passes = [[m.value for m in self.plan.members if m.role in ("reduction", "column") and m.stage == stage]
                   for stage in range(self.plan.num_stages)]
-        passes.append([m.value for m in row_stores])
+        passes.append([m.value for m in row_stores] +
+                      [m.value for m in self.plan.members if m.role == "column" and m.stage == self.plan.num_stages])
         planner = RowCachePlanner(self.depends_on_r, self.plan.member, self.rnumel,
                                   lambda v: compute_dtype(v.dtype).itemsize)
         for k, v in enumerate(planner.plan(passes).values()):
@@ -376,7 +384,8 @@ class CppKernelWriter:
                     self.store(body, m)
             self.loop_nest(top, "x", self.x_sizes, body, self.x_pragmas(innermost_simd=True))
             return self.finish(top)
-        if wants_columns(self):
+        columns = ColumnSums(self) if ColumnSums.applies(self) else None
+        if columns is None and wants_columns(self):
             generate_columns(self, top)
             return self.finish(top)
         row = Scope("row", top)
@@ -393,20 +402,28 @@ class CppKernelWriter:
             loop = Scope("rloop", row)
             for m in members:
                 self.reduction_update(loop, m)
+            if columns is not None:
+                columns.update(loop, stage)
             self.loop_nest(row, "r", self.r_sizes, loop, self.r_pragmas(accs))
             for m in members:
                 self.reduction_finish(row, m)
-        if row_stores:
+        last_columns = columns is not None and columns.at_stage(self.plan.num_stages)
+        if row_stores or last_columns:
             loop = Scope("rloop", row)
             for m in row_stores:
                 self.store(loop, m)
+            if last_columns:
+                columns.update(loop, self.plan.num_stages)
             self.loop_nest(row, "r", self.r_sizes, loop, self.r_pragmas([]))
         for m in self.plan.members:
-            if m.stored and m.role != "xr":
+            if m.stored and m.role in ("reduction", "x"):
                 self.store(row, m)
         self.parallel = self.parallel and (len(self.x_sizes) > 0 or len(self.r_sizes) == 1)
         pragmas = self.x_pragmas(innermost_simd=False) if self.xnumel > 1 else {}
-        self.loop_nest(top, "x", self.x_sizes, row, pragmas)
+        if columns is not None:
+            columns.wrap(top, row, pragmas)
+        else:
+            self.loop_nest(top, "x", self.x_sizes, row, pragmas)
         return self.finish(top)
 
     def finish(self, top: Scope) -> CppKernel:

@@ -5,11 +5,17 @@ function that runs them in order. The host code (Python, see ``host.py``)
 allocates buffers, calls each segment once through ctypes with the buffers'
 data pointers, and calls ATen for the extern steps in between, so a graph with
 no extern call is a single C++ call.
+
+The module follows the shared schedule refined for CPUs: column sums join the
+row kernel that computes their operands (``schedule/column_fusion.py``). The
+host code follows the refined schedule, which the module carries.
 """
 from __future__ import annotations
 
 import dataclasses
 
+from ... import logs
+from ...schedule.column_fusion import fuse_column_reductions
 from ...schedule.groups import KernelGroup
 from ...schedule.scheduler import Schedule
 from ..common import prepare_kernel
@@ -30,6 +36,7 @@ class CppModule:
     kernels: dict               # kernel name -> CppKernel
     segments: list              # Segment, in execution order
     segment_of_step: dict       # step index -> Segment (first step of each segment only)
+    schedule: Schedule          # the schedule the kernels implement (refined for CPUs)
 
 
 def _segments(schedule: Schedule) -> list:
@@ -47,6 +54,10 @@ def _segments(schedule: Schedule) -> list:
 
 def generate_cpp_module(schedule: Schedule, prefix: str = "") -> CppModule:
     """The graph's C++; ``prefix`` keeps names unique when several graphs share one library."""
+    refined = fuse_column_reductions(schedule)
+    if refined is not schedule:
+        logs.log("schedule", "refined for the cpp backend (column sums in row kernels):\n" + str(refined))
+    schedule = refined
     buffers = schedule.graph.by_name
     kernels: dict[str, CppKernel] = {}
     parts = []
@@ -70,4 +81,4 @@ def generate_cpp_module(schedule: Schedule, prefix: str = "") -> CppModule:
         head = ", ".join(f"void* p{j}" for j in range(len(params)))
         parts.append(f'extern "C" void {seg.name}({head}) {{\n' + "\n".join(calls) + "\n}\n")
     first = {seg.steps[0].index: seg for seg in segments}
-    return CppModule("\n".join(parts), kernels, segments, first)
+    return CppModule("\n".join(parts), kernels, segments, first, schedule)
