@@ -13,11 +13,9 @@ import weakref
 from .. import logs
 from ..counters import counters
 from . import disk_cache
-from .breaks import ResumeCaller
-from .capture import CacheEntry, capture_call
+from .cache_entry import CacheEntry
+from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
 from .codegen import MISS
-from .resume import is_resume_code
-from .tracer import DECORATE_CONTEXT_CODE
 
 
 class CodeCache:
@@ -70,6 +68,11 @@ class CodeCache:
                 logs.log("recompiles", f"recompiling {self.code.co_name} "
                          f"({self.code.co_filename}:{self.code.co_firstlineno}): guard failed: "
                          f"{self._failed_guard(fn, args, kwargs)}")
+        # The capture machinery is imported on the first capture: a process whose calls
+        # all run stored captures (disk_cache.py) never loads it.
+        from .breaks import ResumeCaller
+        from .capture import capture_call
+
         counters["frames"] += 1
         resume_caller = None if self.resume_cache is None else \
             ResumeCaller(self.resume_cache, options, backend, records)

@@ -23,28 +23,20 @@ from ..tools.phases import phase_timer
 from . import disk_cache
 from .binding import bind_root
 from .breaks import BreakRunner, BreakState, BreakStateCodegen, ResumeCaller, grad_mode_outside_blocks
+from .cache_entry import BreakReason, CacheEntry
+from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
 from .codegen import EntryCodegen, generate_diagnosis, generate_entry
 from .interpreter import Frame
 from .interpreter.frame import StopForBreak
 from .reconstruct import ReturnCodegen, collect_tensor_outputs
-from .resume import is_resume_code, user_name
+from .resume import user_name
 from .sources import ClosureSource, ConstTable, RootFunctionSource
-from .tracer import DECORATE_CONTEXT_CODE, Tracer
+from .tracer import Tracer
 from .variables.autocast import (
     AUTOCAST_GRAPH_FUNCTIONS, close_open_blocks, enter_ambient_autocast, restore_autocast_on_error,
 )
 from .variables.contexts import set_grad_mode
 from .variables.functions import UserFunctionVariable
-
-
-@dataclass
-class BreakReason:
-    reason: str
-    location: str | None
-    source_line: str = ""
-
-    def __str__(self):
-        return f"{self.reason}\n    at {self.location}" if self.location else self.reason
 
 
 @dataclass(frozen=True)
@@ -56,19 +48,6 @@ class BreakPoint:
     count: int
     reason: BreakReason
     resume_caller: ResumeCaller
-
-
-@dataclass
-class CacheEntry:
-    run: object                      # generated fn(fn, args, kwargs) -> result or MISS
-    source: str                      # its Python source
-    guards_text: str
-    diagnose: object                 # fn(fn, args, kwargs) -> text of first failing guard
-    graph: torch.fx.GraphModule | None = None
-    fallback: BreakReason | None = None
-    graph_break: BreakReason | None = None  # the frame was split there
-    compile_seconds: float = 0.0
-    disk_record: object = None       # what the frontend disk cache stores of it (disk_cache.Record)
 
 
 def _root_cells(tracer, fn) -> dict:

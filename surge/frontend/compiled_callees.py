@@ -29,7 +29,7 @@ import weakref
 import torch
 
 from .codegen import MISS
-from .tracer import DECORATE_CONTEXT_CODE
+from .code_kinds import DECORATE_CONTEXT_CODE
 
 
 class CompiledCallees:

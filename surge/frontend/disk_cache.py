@@ -48,7 +48,7 @@ from ..counters import counters
 from ..options import Options, default_cache_dir
 from .codegen import entry_source, exec_entry
 
-FORMAT = 1
+FORMAT = 2
 # Records kept per code object (the newest win): as many as it may recompile.
 MAX_RECORDS = 9
 _PLAIN = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis))
@@ -69,6 +69,7 @@ class Record:
     consts: dict                 # name -> recipe (``_recipe``)
     graph: list | None           # the captured graph, ``_encode_graph``; None: no graph
     guards_text: str
+    autocast: bool               # the graph switches autocast (its compiled form needs a guard)
     format: int = FORMAT
 
 
@@ -364,7 +365,10 @@ def make_record(tracer, gm, *, input_sources: list, return_expr, effects) -> Rec
     except Exception as why:  # storing is an optimization: the capture itself stands
         logs.log("perf", f"frontend disk cache: capture not stored ({type(why).__name__}: {why})")
         return None
-    return Record(files, name, source, consts, graph, tracer.guards.render())
+    from .variables.autocast import AUTOCAST_GRAPH_FUNCTIONS
+
+    autocast = gm is not None and any(n.target in AUTOCAST_GRAPH_FUNCTIONS for n in gm.graph.nodes)
+    return Record(files, name, source, consts, graph, tracer.guards.render(), autocast)
 
 
 def _files_unchanged(record: Record) -> bool:
@@ -389,8 +393,6 @@ class _GraphOnFirstCall:
         self.graph_module = None
 
     def __call__(self, *args):
-        from .variables.autocast import AUTOCAST_GRAPH_FUNCTIONS, restore_autocast_on_error
-
         gm = self.graph_module
         try:
             compiled = self.backend(gm, list(args))
@@ -399,7 +401,9 @@ class _GraphOnFirstCall:
                                   "running the stored graph eagerly")
             counters["fallbacks"] += 1
             compiled = gm
-        if any(n.target in AUTOCAST_GRAPH_FUNCTIONS for n in gm.graph.nodes):
+        if self.record.autocast:
+            from .variables.autocast import restore_autocast_on_error
+
             compiled = restore_autocast_on_error(compiled)
         self.namespace["compiled"] = compiled
         return compiled(*args)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from bytecode import Instr, TryBegin, TryEnd
 
 from .. import logs
+from .code_kinds import RESUME_CODES
 from .codegen_bytecode.analysis import call_start, code_facts, stack_depths
 from .codegen_bytecode.layout import FrameLayout, Slot
 from .codegen_bytecode.assembler import Body, BytecodeError, assemble, dump, make_function
@@ -123,18 +124,12 @@ def _with_handler(body: Body, offset: int, depth: int) -> TryBegin:
 
 _names = itertools.count()
 _RESUME_CACHE: dict[tuple, ResumeCode] = {}
-_RESUME_CODES: "weakref.WeakSet[types.CodeType]" = weakref.WeakSet()
 _USER_NAMES: "weakref.WeakKeyDictionary[types.CodeType, str]" = weakref.WeakKeyDictionary()
 
 
 def user_name(code: types.CodeType) -> str:
     """The user's function name, also for generated code made from generated code."""
     return _USER_NAMES.get(code, code.co_name)
-
-
-def is_resume_code(code: types.CodeType) -> bool:
-    """Whether ``code`` is a resume function made here."""
-    return code in _RESUME_CODES
 
 
 def resume_code(code: types.CodeType, offset: int, layout: FrameLayout) -> ResumeCode:
@@ -165,6 +160,6 @@ def resume_code(code: types.CodeType, offset: int, layout: FrameLayout) -> Resum
                              f"({user_location(code, offset)}), layout {layout}\n{dump(new)}")
     found = ResumeCode(new, code, offset, layout)
     _RESUME_CACHE[key] = found
-    _RESUME_CODES.add(new)
+    RESUME_CODES.add(new)
     _USER_NAMES[new] = user_name(code)
     return found

@@ -12,6 +12,7 @@ import inspect
 import torch
 
 from ..options import Options
+from .code_kinds import DECORATE_CONTEXT_CODE
 from .graph_builder import GraphBuilder
 from .side_effects import SideEffects
 from .guards import GuardSet
@@ -26,8 +27,6 @@ _MUTABLE_CONTAINERS = (list, dict, set)
 # Inlined calls nested deeper than this are most likely unbounded recursion.
 MAX_INLINE_DEPTH = 48
 
-# The wrapper torch puts around functions decorated with @torch.no_grad() & co.
-DECORATE_CONTEXT_CODE = torch.no_grad()(lambda: None).__code__
 
 
 def _one_yield():
