@@ -7,16 +7,18 @@ kernels took longer than one), so the pool uses worker processes, as other
 compilers do: started when a fresh graph's kernels are generated
 (``start_workers``), reused for the life of the process, at most one fewer than
 the CPUs because the calling thread compiles too, and one per three kernels
-(a worker takes as long to start as a few compiles). A worker runs
-``python -m surge.runtime.compile_pool`` (nothing of the user's program is
-imported there) and talks pickles over its stdin and stdout.
+(a worker takes as long to start as a few compiles). A worker imports
+``surge.runtime`` and Triton only (not torch, whose import takes seconds;
+nothing of the user's program) and talks pickles over its stdin and stdout.
 
 A job is what a kernel's first launch will compile: a kernel file's function,
 its pointer dtypes, sizes and launch config. The worker runs Triton's own
 ``warmup`` of that function with those arguments under a stand-in driver that
 names the target GPU without using it, so Triton derives the same
 specialization, options and cache key as the real launch and leaves the binary
-in its on-disk cache, where the launch finds it. The calling thread takes jobs
+in its on-disk cache, where the launch finds it; it also builds the kernel's
+launcher (Triton compiles one per signature with the C compiler, ~0.3 s each,
+on a kernel's first launch). The calling thread takes jobs
 from the same queue and compiles them in process, so a batch is never slower
 than compiling serially; with no workers (none could start,
 ``SURGE_COMPILE_WORKERS=0``, one CPU) it is exactly that. A job that fails is
@@ -149,7 +151,79 @@ def compile_job(message: dict):
         return function.warmup(*args, grid=(1,), **message["config"])
 
 
+class _DtypeName:
+    """A pointer argument's dtype for Triton's specialization, named without torch
+    (Triton reads ``str(dtype)``, as for ``torch.float32``)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __str__(self):
+        return f"torch.{self.name}"
+
+    def __eq__(self, other):
+        return isinstance(other, _DtypeName) and other.name == self.name
+
+    def __hash__(self):
+        return hash(("dtype", self.name))
+
+
+def _worker_compile(message: dict, modules: dict):
+    """``compile_job`` in a worker, which never imports torch (it takes seconds to import,
+    as long as several compiles): dtypes by name, kernel files imported directly. Checks
+    that Triton specialized the pointers as a launch with tensors will; then builds the
+    kernel's launcher, which this Triton compiles with the C compiler on first use, into
+    Triton's cache, where the launch finds it."""
+    import importlib.util
+
+    from triton.runtime.jit import MockTensor
+
+    path = message["path"]
+    module = modules.get(path)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(f"surge_kernel_{os.path.basename(path)[:-3]}", path)
+        module = modules[path] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    function = getattr(module, message["function"])
+    args = [MockTensor(_DtypeName(d)) for d in message["arg_dtypes"]] + list(message["sizes"])
+    with target_driver(message["target"]):
+        kernel = function.warmup(*args, grid=(1,), **message["config"])
+        pointers = [t for t in kernel.src.signature.values() if isinstance(t, str) and t.startswith("*")]
+        expected = [_TRITON_DTYPES.get(d) for d in message["arg_dtypes"]]
+        if [p.lstrip("*k") for p in pointers] != expected:
+            raise RuntimeError(f"pointer types {pointers} do not match the launch's {message['arg_dtypes']}")
+        _build_launcher(kernel)
+    return kernel
+
+
+# torch dtype name -> Triton's type name, for the pointer arguments surge generates.
+_TRITON_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "int8": "i8",
+                  "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "bool": "i1"}
+
+
+def _build_launcher(kernel) -> None:
+    """Build the launcher of a compiled kernel where Triton compiles launchers (C source
+    per signature, cached by Triton); nothing where it does not, or cannot here."""
+    try:
+        from triton.backends.nvidia.driver import CudaLauncher
+
+        CudaLauncher(kernel.src, kernel.metadata)
+    except Exception:  # another Triton's launcher, or one that needs the GPU: built at launch
+        pass
+
+
 # ---------------------------------------------------------------- workers
+
+# A worker imports ``surge.runtime`` without ``surge/__init__.py``, which imports torch.
+_WORKER_BOOTSTRAP = """
+import sys, types
+package = types.ModuleType("surge")
+package.__path__ = [sys.argv[1]]
+sys.modules["surge"] = package
+from surge.runtime.compile_pool import _worker_main
+raise SystemExit(_worker_main())
+"""
+
 
 class _Worker:
     def __init__(self):
@@ -161,7 +235,8 @@ class _Worker:
         cache_dir = _triton_cache_dir()
         if cache_dir:
             env["TRITON_CACHE_DIR"] = cache_dir
-        self.proc = subprocess.Popen([sys.executable, "-m", "surge.runtime.compile_pool"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER_BOOTSTRAP, os.path.join(root, "surge")],
+                                     stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
 
     def ready(self) -> bool:
@@ -299,9 +374,9 @@ prepare = POOL.prepare
 def _worker_main() -> int:
     protocol = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)   # whatever compiling prints must not reach the protocol stream
-    import torch  # noqa: F401  (dtypes of the jobs' arguments)
     import triton  # noqa: F401
 
+    modules: dict = {}
     pickle.dump("ready", protocol)
     protocol.flush()
     requests = sys.stdin.buffer
@@ -314,13 +389,10 @@ def _worker_main() -> int:
         try:
             if message["target"] is None:
                 raise RuntimeError("a worker compiles for a named target only")
-            kernel = compile_job(message)
+            kernel = _worker_compile(message, modules)
             error = None if kernel is not None else "nothing compiled"
         except Exception as failure:
             error = f"{type(failure).__name__}: {failure}"
         pickle.dump((error, time.perf_counter() - start), protocol)
         protocol.flush()
 
-
-if __name__ == "__main__":
-    raise SystemExit(_worker_main())

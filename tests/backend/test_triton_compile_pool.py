@@ -55,6 +55,9 @@ PROGRAM = textwrap.dedent("""
         bad = compile_pool.KernelJob(jobs[0].path, "no_such_kernel", (), (1,), {}, ("cuda", 90, 32))
         out["bad"] = worker.run(bad)[0]
         out["after_bad"] = worker.run(jobs[1])[0]
+        # it compiled without torch (whose import takes longer than several compiles)
+        with open(f"/proc/{worker.proc.pid}/maps") as maps:
+            out["worker_loaded_torch"] = any("libtorch" in line for line in maps)
         # a job for this process's GPU (target None): the worker gets the GPU's target by name
         from triton.backends.compiler import GPUTarget
         from triton.runtime.driver import driver
@@ -133,6 +136,7 @@ def _run(tmp_path, mode, paths, **env):
 def test_a_worker_compiles_into_the_disk_cache_the_launch_reads(tmp_path):
     out = _run(tmp_path, "worker", _modules(tmp_path)[:3])
     assert out["ready"] and out["worker"] is None and out["after_bad"] is None
+    assert out["worker_loaded_torch"] is False
     assert out["device_job"] == [["cuda", 90, 32], None]
     assert "no_such_kernel" in out["bad"]
     assert out["new_entries"] == 0, "the calling process found the worker's binary"
