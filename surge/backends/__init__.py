@@ -76,3 +76,13 @@ def lookup_backend(backend, options=None) -> Backend:
 def default_backend_name() -> str:
     # Generated kernels for the graph's device: triton for CUDA, cpp for CPU.
     return "default"
+
+
+def before_capture(backend) -> None:
+    """Tell a backend that a frame is about to be captured, so that it can start slow
+    preparations (the Triton backend's compile workers) while capture runs; a backend
+    opts in with a ``before_capture`` attribute."""
+    target = backend.func if isinstance(backend, functools.partial) else backend
+    hook = getattr(target, "before_capture", None)
+    if hook is not None:
+        hook()

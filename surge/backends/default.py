@@ -25,3 +25,12 @@ def default_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: 
 
     name = "triton" if graph_device_type(example_inputs) == "cuda" else "cpp"
     return lookup_backend(name, options)(gm, example_inputs)
+
+
+def _before_capture() -> None:
+    from .triton import start_compile_workers_early
+
+    start_compile_workers_early()
+
+
+default_backend.before_capture = _before_capture

@@ -194,3 +194,23 @@ def _kernel_target(example_inputs) -> str:
     if device is None:
         return "no gpu"
     return f"{torch.cuda.get_device_name(device)}|{torch.cuda.get_device_capability(device)}"
+
+
+# Compile workers started when a capture begins in a process that uses the GPU.
+EARLY_WORKERS = 4
+
+
+def start_compile_workers_early() -> None:
+    """A worker takes seconds to start (Triton imports torch there), longer than capture
+    and lowering take: a capture in a process that has set up CUDA starts a few now, so
+    that they are ready when the graph's kernels are generated (more join then)."""
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return
+    from ..runtime import compile_pool
+    from ..runtime.triton_mode import interpreting
+
+    if not interpreting():
+        compile_pool.start_workers(EARLY_WORKERS * compile_pool.JOBS_PER_WORKER)
+
+
+triton_backend.before_capture = start_compile_workers_early

@@ -70,9 +70,11 @@ class CodeCache:
                          f"{self._failed_guard(fn, args, kwargs)}")
         # The capture machinery is imported on the first capture: a process whose calls
         # all run stored captures (disk_cache.py) never loads it.
+        from ..backends import before_capture
         from .breaks import ResumeCaller
         from .capture import capture_call
 
+        before_capture(backend)
         counters["frames"] += 1
         resume_caller = None if self.resume_cache is None else \
             ResumeCaller(self.resume_cache, options, backend, records)

@@ -154,3 +154,19 @@ def test_decorator_forms():
     x = torch.randn(2)
     same(a(x), x + 1)
     same(b(x), x - 1)
+
+
+def test_a_backend_hears_when_a_capture_begins():
+    """``before_capture`` (the Triton backend starts its compile workers there) runs once
+    per capture, not for calls an entry serves."""
+    began = []
+
+    def backend(gm, example_inputs):
+        return gm
+
+    backend.before_capture = lambda: began.append(1)
+    compiled = surge.compile(lambda x: x.sin() + 1, backend=backend)
+    for _ in range(3):
+        compiled(torch.randn(3))
+    compiled(torch.randn(4, 2))  # another shape: a second capture
+    assert began == [1, 1]
