@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import json
 import os
 import pickle
 import queue
@@ -201,6 +202,20 @@ _TRITON_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "flo
                   "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "bool": "i1"}
 
 
+def _warm_up(target: tuple) -> None:
+    """Compile a tiny kernel for ``target`` (worker_warmup.py); a failure only means the
+    first job pays for Triton's first-compile setup."""
+    try:
+        from triton.runtime.jit import MockTensor
+
+        from .worker_warmup import add_one
+
+        with target_driver(target):
+            add_one.warmup(MockTensor(_DtypeName("float32")), 16, BLOCK=16, grid=(1,))
+    except Exception as error:
+        print(f"compile worker warm-up failed: {type(error).__name__}: {error}", file=sys.stderr)
+
+
 def _build_launcher(kernel) -> None:
     """Build the launcher of a compiled kernel where Triton compiles launchers (C source
     per signature, cached by Triton); nothing where it does not, or cannot here."""
@@ -235,8 +250,9 @@ class _Worker:
         cache_dir = _triton_cache_dir()
         if cache_dir:
             env["TRITON_CACHE_DIR"] = cache_dir
-        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER_BOOTSTRAP, os.path.join(root, "surge")],
-                                     stdin=subprocess.PIPE,
+        target = _known_target()
+        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER_BOOTSTRAP, os.path.join(root, "surge")]
+                                     + ([json.dumps(target)] if target else []), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
 
     def ready(self) -> bool:
@@ -254,6 +270,16 @@ class _Worker:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.proc.stdin.close()
+
+
+def _known_target() -> tuple | None:
+    """This process's GPU target if CUDA is set up here (a worker warms up for it)."""
+    try:
+        import torch
+
+        return _current_target() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    except Exception:
+        return None
 
 
 def _current_target() -> tuple:
@@ -379,6 +405,8 @@ def _worker_main() -> int:
     modules: dict = {}
     pickle.dump("ready", protocol)
     protocol.flush()
+    if len(sys.argv) > 2:   # the GPU target, when the pool knew it: warm up while jobs are prepared
+        _warm_up(tuple(json.loads(sys.argv[2])))
     requests = sys.stdin.buffer
     while True:
         try:

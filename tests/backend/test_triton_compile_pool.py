@@ -23,7 +23,7 @@ def _own_cache_dir(tmp_path, monkeypatch):
 
 
 PROGRAM = textwrap.dedent("""
-    import json, os, subprocess, sys, time
+    import json, os, sys, time
     from surge.runtime import compile_pool
     from surge.runtime.autotune import candidate_configs
     from surge.runtime.code_cache import load_module
@@ -51,17 +51,14 @@ PROGRAM = textwrap.dedent("""
         # broken job without dying, and the calling process then finds the binary there
         worker = compile_pool._Worker()
         out["ready"] = worker.ready()
+        # ready without torch, whose import takes longer than several compiles (some
+        # Triton versions import it later, when they compile)
+        with open(f"/proc/{worker.proc.pid}/maps") as maps:
+            out["ready_without_torch"] = not any("libtorch" in line for line in maps)
         out["worker"] = worker.run(jobs[0])[0]
         bad = compile_pool.KernelJob(jobs[0].path, "no_such_kernel", (), (1,), {}, ("cuda", 90, 32))
         out["bad"] = worker.run(bad)[0]
         out["after_bad"] = worker.run(jobs[1])[0]
-        # it compiled without importing torch itself (whose import takes longer than several
-        # compiles; some Triton versions import it)
-        with open(f"/proc/{worker.proc.pid}/maps") as maps:
-            out["worker_loaded_torch"] = any("libtorch" in line for line in maps)
-        out["triton_imports_torch"] = subprocess.run(
-            [sys.executable, "-c", "import sys, triton; print('torch' in sys.modules)"],
-            capture_output=True, text=True).stdout.strip() == "True"
         # a job for this process's GPU (target None): the worker gets the GPU's target by name
         from triton.backends.compiler import GPUTarget
         from triton.runtime.driver import driver
@@ -140,7 +137,7 @@ def _run(tmp_path, mode, paths, **env):
 def test_a_worker_compiles_into_the_disk_cache_the_launch_reads(tmp_path):
     out = _run(tmp_path, "worker", _modules(tmp_path)[:3])
     assert out["ready"] and out["worker"] is None and out["after_bad"] is None
-    assert out["worker_loaded_torch"] is out["triton_imports_torch"]
+    assert out["ready_without_torch"]
     assert out["device_job"] == [["cuda", 90, 32], None]
     assert "no_such_kernel" in out["bad"]
     assert out["new_entries"] == 0, "the calling process found the worker's binary"
