@@ -115,12 +115,23 @@ def _binary_ext(compiled) -> str:
     return make_backend(compiled.metadata.target).binary_ext
 
 
+# (cache dir, key) -> the compiled kernel loaded in this process: call sites of one kernel
+# (a model's layers) share it, and the GPU module it loads (a few ms each).
+_LOADED: dict = {}
+
+
 def load(cache_dir: str, key: str, kernel):
-    """Triton's compiled kernel for ``kernel`` (a ``JITFunction``) from the record ``key``, or None."""
+    """Triton's compiled kernel for ``kernel`` (a ``JITFunction``) from the record ``key``, or None.
+    The key names the kernel's file and function, so every call site with that key has the
+    same ``kernel`` and shares one compiled kernel."""
     cls = _compiled_kernel_class()
     folder = _folder(cache_dir, key)
     if cls is None or not has_record(cache_dir, key):
         return None
+    found = _LOADED.get((cache_dir, key))
+    if found is not None and found.src.fn is kernel:
+        counters["binary_cache_hits"] += 1
+        return found
     try:
         with open(os.path.join(folder, SOURCE_FILE), "rb") as f:
             description = pickle.load(f)
@@ -134,4 +145,5 @@ def load(cache_dir: str, key: str, kernel):
         logs.log("perf", f"kernel binary {key} not loaded: {type(error).__name__}: {error}")
         return None
     counters["binary_cache_hits"] += 1
+    _LOADED[(cache_dir, key)] = compiled
     return compiled
