@@ -197,7 +197,7 @@ def _kernel_target(example_inputs) -> str:
 
 
 # Compile workers started when a capture begins in a process that uses the GPU.
-EARLY_WORKERS = 4
+EARLY_WORKERS = 8
 
 
 def start_compile_workers_early() -> None:
