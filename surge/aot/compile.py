@@ -184,6 +184,9 @@ class AotCompiled:
         write_current(self.options, "partition.txt", lambda: _describe_saved(backward, program.num_tangents))
         bw_inputs = [_example_like(n.meta["val"], n.meta["device"])
                      for n in backward.graph.nodes if n.op == "placeholder"]
+        # the backward is compiled for the saved tensors' traced layouts: the forward's
+        # compiler must return them in those (lowering/lower.py)
+        forward.meta["traced_layout_outputs_from"] = num_forward_outputs
         compiled_forward = self.fw_compiler(forward, inputs)
         with artifact_part("backward"):  # the backward's kernels get their own artifact names
             compiled_backward = self.bw_compiler(backward, bw_inputs)

@@ -12,10 +12,24 @@ with a minimum cut over bytes (the idea of activation-checkpointing partitioners
   convolution, reductions, random ops, extern calls).
 - Every node of the backward proper (one that depends on a tangent) drains into
   the sink.
+- Recomputing is cheap but not free: each recomputable op also hangs from the
+  source by a small edge (``RECOMPUTE``), cut when the op lands on the backward's
+  side. Among cuts of equal bytes, the one that recomputes less wins: a residual
+  stream is saved where the backward reads it, not rebuilt from every matmul
+  output that was added into it.
 
 The saved values are the cut edges: the cheapest set of tensors that separates
 what the forward computes from what the backward needs. Pointwise work between
 a saved tensor and its backward use is recomputed in the backward.
+
+Bytes held are not the whole cost of saving a tensor: the forward must also have
+written it to memory. A tensor that the forward writes anyway (a matmul's or
+reduction's result, a forward output, an operand of a library call, a value read
+again after a library call) costs only the memory; a fused pointwise intermediate
+would otherwise live in registers of the kernel that computes it, so saving it
+adds a store that exists only for the backward. Such intermediates cost a little more (``STORE_ONLY_FOR_SAVING``): of
+two cuts within that margin in bytes, the cut of already-written tensors wins
+(a LayerNorm saves the matmul output it reads, not ``x - mean``).
 """
 from __future__ import annotations
 
@@ -27,10 +41,27 @@ import torch
 import torch.fx
 
 from ..passes.dce import eliminate_dead_code
-from .decompositions import packet_name
+from .decompositions import CORE_OP_GROUPS, is_core, packet_name
 from .functionalize import is_view_op
 
 INF = float("inf")
+
+# Extra weight, as a fraction of its bytes, of saving a tensor that the forward
+# would not write otherwise. Small on purpose: bytes held stay the main cost, so
+# the cut never saves much more memory to spare a store; the margin only has to
+# exceed the per-row statistics that saving the already-written tensor brings
+# along (a [rows] mean beside a [rows, cols] matmul output).
+STORE_ONLY_FOR_SAVING = 1 / 16
+
+# Weight, as a fraction of its bytes, of recomputing a node in the backward: a few
+# arithmetic operations per element, inside a kernel that runs anyway. It only
+# breaks ties between cuts of equal bytes; it must stay well below
+# STORE_ONLY_FOR_SAVING, which a recomputed ``x - mean`` has to undercut.
+RECOMPUTE = 1 / 256
+
+# Ops that read their operands from memory (library calls, and extern ops that
+# are not in the core set): a pointwise value feeding one is stored anyway.
+_LIBRARY = frozenset(CORE_OP_GROUPS["library"][1])
 
 # Non-pointwise ops that are still cheap to recompute from their inputs.
 _CHEAP = frozenset({"_to_copy", "clone", "full", "scalar_tensor", "iota", "arange",
@@ -74,7 +105,8 @@ def partition_joint(joint: torch.fx.GraphModule, *, num_inputs: int, num_tangent
 
     needs_tangent = _descendants(tangents)
     bw_ancestors = _ancestors([n for n in grads if n is not None])
-    saved = _min_cut_saved(primals, bw_ancestors, needs_tangent,
+    written = _written_by_forward(graph, primals, fw_outputs, needs_tangent)
+    saved = _min_cut_saved(primals, bw_ancestors, needs_tangent, written,
                            [n for n in grads if n is not None])
 
     forward = _extract(joint, primals, fw_outputs + saved)
@@ -82,15 +114,17 @@ def partition_joint(joint: torch.fx.GraphModule, *, num_inputs: int, num_tangent
     return Partition(forward, backward, len(saved), int(sum(tensor_bytes(n) for n in saved)))
 
 
-def _min_cut_saved(primals, bw_ancestors, needs_tangent, grads):
+def _min_cut_saved(primals, bw_ancestors, needs_tangent, written, grads):
     flow = _FlowNetwork()
     region = [n for n in bw_ancestors if n not in needs_tangent and n.op != "get_attr"]
     primal_set = set(primals)
     for n in region:
-        weight = 0.0 if n in primal_set else tensor_bytes(n)
+        weight = 0.0 if n in primal_set else saving_cost(n, n in written)
         flow.add_edge((n, "in"), (n, "out"), weight)
         if n in primal_set or not is_recomputable(n):
             flow.add_edge("source", (n, "in"), INF)
+        elif not _aliases_input(n) and RECOMPUTE and tensor_bytes(n) < INF:
+            flow.add_edge("source", (n, "in"), tensor_bytes(n) * RECOMPUTE)
         for user in n.users:
             if user in needs_tangent:
                 flow.add_edge((n, "out"), "sink", INF)
@@ -103,6 +137,76 @@ def _min_cut_saved(primals, bw_ancestors, needs_tangent, grads):
     order = {n: i for i, n in enumerate(region)}
     saved = [n for n in region if (n, "in") in reachable and (n, "out") not in reachable]
     return sorted(saved, key=order.__getitem__)
+
+
+def saving_cost(node: torch.fx.Node, written_anyway: bool) -> float:
+    """What saving ``node`` costs the cut: its bytes, plus a store's worth of
+    weight when the forward writes it only to save it."""
+    size = tensor_bytes(node)
+    return size if written_anyway else size * (1 + STORE_ONLY_FOR_SAVING)
+
+
+def _written_by_forward(graph: torch.fx.Graph, primals, fw_outputs, needs_tangent) -> set:
+    """Nodes whose value the forward has in memory whatever the cut saves.
+
+    Graph inputs, forward outputs, results of ops that are not recomputed (library
+    and extern calls, reductions, random ops: their result is stored by the call
+    or kernel that makes it), operands of forward library calls (which read them
+    from memory), and values the forward reads again after a library call that
+    depends on them (no kernel spans the call, so the value waits in memory, as a
+    residual stream does across a block's matmuls). A view or getitem shares its
+    base's memory, so it is written exactly when its base is. Fused pointwise
+    intermediates that only their own kernel and the backward read are not.
+    """
+    def base(n):
+        while isinstance(n, torch.fx.Node) and n.op == "call_function" and _aliases_input(n):
+            n = n.args[0]
+        return n
+
+    # Work the forward surely runs: what its outputs need, and every node the cut
+    # cannot recompute (with what it needs). Other nodes may run in the backward.
+    computed = [n for n in graph.nodes
+                if n.op == "call_function" and n not in needs_tangent and not is_recomputable(n)]
+    in_forward = _ancestors([n for n in fw_outputs if isinstance(n, torch.fx.Node)] + computed)
+    bases = {base(n) for n in primals}
+    bases.update(base(n) for n in fw_outputs if isinstance(n, torch.fx.Node))
+    bases.update(computed)
+    library = [n for n in graph.nodes if n in in_forward and _reads_operands_from_memory(n)]
+    for call in library:
+        bases.update(base(i) for i in call.all_input_nodes)
+    bases.update(_read_across_library_calls(graph, in_forward, library))
+    return {n for n in graph.nodes if base(n) in bases}
+
+
+def _read_across_library_calls(graph: torch.fx.Graph, in_forward: set, library: list) -> set:
+    """Forward nodes with a forward user that runs after a library call depending on them."""
+    bit = {n: 1 << i for i, n in enumerate(library)}
+    runs_after: dict = {}    # node -> bitset of library calls it depends on
+    for n in graph.nodes:
+        if n in in_forward:
+            mask = 0
+            for i in n.all_input_nodes:
+                mask |= runs_after.get(i, 0) | bit.get(i, 0)
+            runs_after[n] = mask
+    feeds: dict = {}         # node -> bitset of library calls that depend on it
+    for n in reversed(graph.nodes):
+        if n in in_forward:
+            mask = 0
+            for u in n.users:
+                if u in in_forward:
+                    mask |= feeds.get(u, 0) | bit.get(u, 0)
+            feeds[n] = mask
+    return {n for n in feeds if feeds[n] and any(feeds[n] & runs_after.get(u, 0) for u in n.users)}
+
+
+def _aliases_input(node: torch.fx.Node) -> bool:
+    op = node.target
+    return op is operator.getitem or (isinstance(op, torch._ops.OpOverload) and is_view_op(op))
+
+
+def _reads_operands_from_memory(node: torch.fx.Node) -> bool:
+    op = node.target
+    return isinstance(op, torch._ops.OpOverload) and (packet_name(op) in _LIBRARY or not is_core(op))
 
 
 def _descendants(roots) -> set:

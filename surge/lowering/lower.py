@@ -328,6 +328,12 @@ class Lowering:
         if t.view is not None:
             return t
         if feeds_matmul(node) and node.target not in VIEW_OPS:
+            val = meta_value(node)
+            if any(user.op == "output" for user in node.users) and isinstance(val, torch.Tensor) \
+                    and _is_dense(val):
+                # also a graph output: stored in the layout its meta promises, which
+                # callers rely on (a backward reads a saved tensor with it)
+                return self.realize(t, _layout_of(val))
             # realized for the matmul anyway: once, so that the other users read it and a
             # transposed operand is a view BLAS reads as is, not a transposing kernel; a value
             # that reads down columns (K of q @ k^T) is stored as the transposed matrices it reads
@@ -342,7 +348,11 @@ class Lowering:
     def lower_outputs(self, node):
         results = []
         self.single_output = not isinstance(node.args[0], (list, tuple))
-        for item in [node.args[0]] if self.single_output else node.args[0]:
+        # Outputs from this index on are saved for a backward, which was compiled for
+        # their traced layouts: a view in another layout (a padded matmul's unpadded
+        # slice) is copied into it. Outputs before it reach the caller as they are.
+        traced_from = self.gm.meta.get(TRACED_LAYOUT_OUTPUTS_FROM)
+        for index, item in enumerate([node.args[0]] if self.single_output else node.args[0]):
             if not isinstance(item, torch.fx.Node):
                 results.append(GraphOutput(item))
                 continue
@@ -355,10 +365,26 @@ class Lowering:
             layout = _layout_of(val) if isinstance(val, torch.Tensor) and _is_dense(val) else None
             if value.view is None:
                 value = self.realize(value, layout)
+            elif traced_from is not None and index >= traced_from and layout is not None \
+                    and not _same_layout(value.view[1], layout):
+                value = self.realize(value, layout)
             name, view_layout = value.view
             results.append(GraphOutput(TensorArg(name, view_layout)))
         self.node = None
         return results
+
+
+# ``gm.meta`` key: the index of the first output that must come out in its traced layout.
+TRACED_LAYOUT_OUTPUTS_FROM = "traced_layout_outputs_from"
+
+
+def _same_layout(a: Layout, b: Layout) -> bool:
+    """The same elements at the same places (strides of size-1 dims do not matter)."""
+    if len(a.shape) != len(b.shape) or any(sympy.simplify(x - y) != 0 for x, y in zip(a.shape, b.shape)):
+        return False
+    if sympy.simplify(a.offset - b.offset) != 0:
+        return False
+    return all(sympy.simplify(sa - sb) == 0 for sa, sb, size in zip(a.stride, b.stride, a.shape) if size != 1)
 
 
 def _is_copy_back(node) -> bool:

@@ -8,6 +8,7 @@ import pytest
 import sympy
 import torch
 
+import surge
 from surge.backends.cpp import compile_aten_graph_cpp
 from surge.lowering import matmul_padding
 from surge.lowering.ir import ComputedBuffer, ExternBuffer
@@ -143,3 +144,26 @@ def test_gpt2_lm_head_is_padded_on_cuda():
     out = out[0] if isinstance(out, (list, tuple)) else out
     assert out.stride() == (1024 * 50264, 50264, 1)
     torch.testing.assert_close(out, lm_head(x, w), rtol=2e-2, atol=2e-2)
+
+
+def lm_head_log_softmax(x, w):
+    return torch.log_softmax(torch.nn.functional.linear(x, w).float(), dim=-1)
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_a_padded_output_saved_for_the_backward_keeps_its_traced_layout(always_worth, backend):
+    """The backward was compiled for the saved logits' traced (contiguous) layout: the
+    forward hands them over in it, not as the padded view it returns to callers."""
+    if backend == "cpp" and DEVICE != "cpu":
+        pytest.skip("the cpp backend runs CPU tensors")
+    x = randn(4, 13, dtype=torch.bfloat16).requires_grad_()
+    w = randn(21, 13, dtype=torch.bfloat16).requires_grad_()
+    compiled = surge.compile(lm_head_log_softmax, backend=backend, options={"pad_matmuls": True, "graph_cache": False})
+    out = compiled(x, w)
+    grad = torch.randn_like(out)
+    gx, gw = torch.autograd.grad(out, (x, w), grad)
+    ref = lm_head_log_softmax(x, w)
+    rx, rw = torch.autograd.grad(ref, (x, w), grad)
+    torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(gx, rx, rtol=3e-2, atol=3e-2)
+    torch.testing.assert_close(gw, rw, rtol=3e-2, atol=3e-2)
