@@ -95,7 +95,17 @@ def _code_digest(code: types.CodeType, digest) -> None:
         if isinstance(const, types.CodeType):
             _code_digest(const, digest)
         else:
-            digest.update(repr((type(const).__name__, const)).encode())
+            digest.update(_const_text(const).encode())
+
+
+def _const_text(const) -> str:
+    """A code constant as text that is the same in every process (a frozenset's order
+    follows string hashing, which differs between processes)."""
+    if isinstance(const, frozenset):
+        return "frozenset{" + ",".join(sorted(_const_text(c) for c in const)) + "}"
+    if isinstance(const, tuple):
+        return "(" + ",".join(_const_text(c) for c in const) + ")"
+    return f"{type(const).__name__}:{const!r}"
 
 
 def code_key(code: types.CodeType, options: Options) -> str | None:
