@@ -78,11 +78,11 @@ def default_backend_name() -> str:
     return "default"
 
 
-def before_capture(backend) -> None:
-    """Tell a backend that a frame is about to be captured, so that it can start slow
-    preparations (the Triton backend's compile workers) while capture runs; a backend
-    opts in with a ``before_capture`` attribute."""
+def before_capture(backend, args: tuple) -> None:
+    """Tell a backend that a frame is about to be captured for a call with ``args``, so
+    that it can start slow preparations (the Triton backend's compile workers) while
+    capture runs; a backend opts in with a ``before_capture(args)`` attribute."""
     target = backend.func if isinstance(backend, functools.partial) else backend
     hook = getattr(target, "before_capture", None)
     if hook is not None:
-        hook()
+        hook(args)

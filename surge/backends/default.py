@@ -27,10 +27,10 @@ def default_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: 
     return lookup_backend(name, options)(gm, example_inputs)
 
 
-def _before_capture() -> None:
+def _before_capture(args: tuple) -> None:
     from .triton import start_compile_workers_early
 
-    start_compile_workers_early()
+    start_compile_workers_early(args)
 
 
 default_backend.before_capture = _before_capture

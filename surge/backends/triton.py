@@ -200,17 +200,29 @@ def _kernel_target(example_inputs) -> str:
 EARLY_WORKERS = 8
 
 
-def start_compile_workers_early() -> None:
+def start_compile_workers_early(args: tuple) -> None:
     """A worker takes seconds to start (Triton imports torch there), longer than capture
-    and lowering take: a capture in a process that has set up CUDA starts a few now, so
-    that they are ready when the graph's kernels are generated (more join then)."""
-    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+    and lowering take: a capture of a call with CUDA tensors (or a module with CUDA
+    parameters) starts a few now, so that they are ready when the graph's kernels are
+    generated (more join then)."""
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized() and _uses_cuda(args)):
         return
     from ..runtime import compile_pool
     from ..runtime.triton_mode import interpreting
 
     if not interpreting():
         compile_pool.start_workers(EARLY_WORKERS * compile_pool.JOBS_PER_WORKER)
+
+
+def _uses_cuda(args: tuple) -> bool:
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.is_cuda:
+            return True
+        if isinstance(a, torch.nn.Module):
+            first = next(a.parameters(), None)
+            if first is not None and first.is_cuda:
+                return True
+    return False
 
 
 triton_backend.before_capture = start_compile_workers_early

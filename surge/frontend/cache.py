@@ -74,7 +74,7 @@ class CodeCache:
         from .breaks import ResumeCaller
         from .capture import capture_call
 
-        before_capture(backend)
+        before_capture(backend, args)
         counters["frames"] += 1
         resume_caller = None if self.resume_cache is None else \
             ResumeCaller(self.resume_cache, options, backend, records)

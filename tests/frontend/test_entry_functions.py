@@ -164,7 +164,7 @@ def test_a_backend_hears_when_a_capture_begins():
     def backend(gm, example_inputs):
         return gm
 
-    backend.before_capture = lambda: began.append(1)
+    backend.before_capture = lambda args: began.append(len(args))
     compiled = surge.compile(lambda x: x.sin() + 1, backend=backend)
     for _ in range(3):
         compiled(torch.randn(3))
