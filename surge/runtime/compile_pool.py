@@ -170,8 +170,9 @@ class _DtypeName:
 
 
 def _worker_compile(message: dict, modules: dict):
-    """``compile_job`` in a worker, which never imports torch (it takes seconds to import,
-    as long as several compiles): dtypes by name, kernel files imported directly. Checks
+    """``compile_job`` in a worker, which does not import torch itself (it takes seconds to
+    import, as long as several compiles; some Tritons import it when they first compile):
+    dtypes by name, kernel files imported directly. Checks
     that Triton specialized the pointers as a launch with tensors will; then builds the
     kernel's launcher, which this Triton compiles with the C compiler on first use, into
     Triton's cache, where the launch finds it."""
