@@ -58,6 +58,16 @@ class Outer(torch.nn.Module):
         return self.inner(x) + 1
 
 
+class TrainingDependent(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y * 2 if self.training else y - 1
+
+
 def with_print(x):
     y = x.sin()
     print("between graphs")
@@ -119,6 +129,19 @@ def test_another_module_instance_runs_with_its_own_parameters(tmp_path):
     for model in (Scaled(8, 3.0), ScaledSubclass(8, 2.0)):  # a guarded attribute; another type
         torch.testing.assert_close(_compile(model, tmp_path)(x), model(x))
     assert surge.counters["frontend_disk_hits"] == 0 and surge.counters["frames"] == 2
+
+
+def test_train_and_eval_modes_do_not_share_a_stored_capture(tmp_path):
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        _compile(TrainingDependent().eval(), tmp_path)(x)
+        _new_process()
+        _compile(TrainingDependent().eval(), tmp_path)(x)  # the same mode: stored
+        assert surge.counters["frontend_disk_hits"] == 1
+        _new_process()
+        model = TrainingDependent().train()
+        torch.testing.assert_close(_compile(model, tmp_path)(x), model(x))
+    assert surge.counters["frontend_disk_hits"] == 0 and surge.counters["frames"] == 1
 
 
 def test_a_submodule_with_its_own_forward_is_not_taken_for_its_class(tmp_path):
