@@ -56,7 +56,9 @@ def build_options(*, backend, fullgraph, dynamic, mode, options) -> Options:
 
 
 def reset() -> None:
-    """Drop every compiled cache entry (the next call of each compiled function captures again)."""
+    """Drop every in-memory cache entry. The next call of each compiled function runs a
+    capture stored on disk whose guards pass (``SURGE_FRONTEND_CACHE=0``: none), else
+    captures again."""
     from .frontend.cache import reset_all
 
     reset_all()
