@@ -14,7 +14,6 @@ from .. import logs
 from ..counters import counters
 from . import disk_cache
 from .cache_entry import CacheEntry
-from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
 from .codegen import MISS
 
 
@@ -23,7 +22,7 @@ class CodeCache:
         self.code = code
         # Captures of this code are kept on disk and looked up there (not for explain's
         # private caches, nor for generated resume code).
-        self.use_disk = use_disk and not is_resume_code(code) and code is not DECORATE_CONTEXT_CODE
+        self.use_disk = use_disk and disk_cache.stores_captures_of(code)
         self._disk_key = None
         self._disk_entries: list | None = None  # stored entries not adopted yet: (run, graph, record)
         self.backend = backend

@@ -274,7 +274,7 @@ def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
     )
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer),
                        graph=gm, compile_seconds=time.perf_counter() - start)
-    if options.frontend_cache and not is_resume_code(fn.__code__) and fn.__code__ is not DECORATE_CONTEXT_CODE:
+    if options.frontend_cache and disk_cache.stores_captures_of(fn.__code__):
         entry.disk_record = disk_cache.make_record(
             tracer, gm, input_sources=input_sources,
             return_expr=lambda cg: ReturnCodegen(cg, output_index).expr(result),

@@ -92,7 +92,7 @@ def entry_source(guards: GuardSet, consts: ConstTable, *, input_sources: list, r
     codegen = EntryCodegen(consts)
     assigned: set = set()
     for guard in guards.guards:
-        target = _identity_target(guard)
+        target = identity_target(guard)
         if bound and target in bound and target not in assigned:
             assigned.add(target)
             codegen.lines.append(f"{target} = {codegen.value_of(guard.source)}")
@@ -124,7 +124,7 @@ def entry_source(guards: GuardSet, consts: ConstTable, *, input_sources: list, r
     return name, "\n".join(lines) + "\n"
 
 
-def _identity_target(guard) -> str | None:
+def identity_target(guard) -> str | None:
     """The constant an identity guard (``{v} is K``) compares with."""
     prefix = "{v} is "
     if guard.other is None and guard.condition.startswith(prefix) and guard.condition[len(prefix):].isidentifier():

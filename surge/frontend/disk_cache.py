@@ -46,7 +46,8 @@ import torch
 from .. import logs
 from ..counters import counters
 from ..options import Options, default_cache_dir
-from .codegen import entry_source, exec_entry
+from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
+from .codegen import entry_source, exec_entry, identity_target
 
 FORMAT = 2
 # Records kept per code object (the newest win): as many as it may recompile.
@@ -106,6 +107,12 @@ def _const_text(const) -> str:
     if isinstance(const, tuple):
         return "(" + ",".join(_const_text(c) for c in const) + ")"
     return f"{type(const).__name__}:{const!r}"
+
+
+def stores_captures_of(code: types.CodeType) -> bool:
+    """Not for code surge generated (resume functions) or torch's decorator wrapper,
+    which stand for other code."""
+    return not is_resume_code(code) and code is not DECORATE_CONTEXT_CODE
 
 
 def code_key(code: types.CodeType, options: Options) -> str | None:
@@ -228,8 +235,7 @@ def _module_check(module: torch.nn.Module, cls_name: str) -> str:
 
 
 def _identity_guarded(guards) -> set:
-    return {g.condition[len("{v} is "):] for g in guards.guards
-            if g.other is None and g.condition.startswith("{v} is ")}
+    return {identity_target(g) for g in guards.guards} - {None}
 
 
 # ---------------------------------------------------------------- the graph

@@ -138,18 +138,33 @@ def target_driver(target):
         driver.set_active(previous)
 
 
-def compile_job(message: dict):
-    """Compile one job in this process; returns Triton's compiled kernel."""
-    import torch
+def compile_job(message: dict, in_worker: bool = False):
+    """Compile one job in this process; returns Triton's compiled kernel.
 
+    A worker does not import torch itself (it takes seconds to import, as long as several
+    compiles; some Tritons import it when they first compile): it names the pointers'
+    dtypes without torch, checks that Triton specialized them as a launch with tensors
+    will, and builds the kernel's launcher, which this Triton compiles with the C
+    compiler on first use, into Triton's cache, where the launch finds it."""
     from .kernel_files import import_kernel_file
 
     path = message["path"]
     module = import_kernel_file(path, os.path.basename(path)[:-3])
     function = getattr(module, message["function"])
-    args = [getattr(torch, d) for d in message["arg_dtypes"]] + list(message["sizes"])
+    if in_worker:
+        from triton.runtime.jit import MockTensor
+
+        pointers = [MockTensor(_DtypeName(d)) for d in message["arg_dtypes"]]
+    else:
+        import torch
+
+        pointers = [getattr(torch, d) for d in message["arg_dtypes"]]
     with target_driver(message["target"]):
-        return function.warmup(*args, grid=(1,), **message["config"])
+        kernel = function.warmup(*pointers, *message["sizes"], grid=(1,), **message["config"])
+        if in_worker:
+            _check_pointer_types(kernel, message["arg_dtypes"])
+            _build_launcher(kernel)
+    return kernel
 
 
 class _DtypeName:
@@ -169,33 +184,10 @@ class _DtypeName:
         return hash(("dtype", self.name))
 
 
-def _worker_compile(message: dict, modules: dict):
-    """``compile_job`` in a worker, which does not import torch itself (it takes seconds to
-    import, as long as several compiles; some Tritons import it when they first compile):
-    dtypes by name, kernel files imported directly. Checks
-    that Triton specialized the pointers as a launch with tensors will; then builds the
-    kernel's launcher, which this Triton compiles with the C compiler on first use, into
-    Triton's cache, where the launch finds it."""
-    import importlib.util
-
-    from triton.runtime.jit import MockTensor
-
-    path = message["path"]
-    module = modules.get(path)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(f"surge_kernel_{os.path.basename(path)[:-3]}", path)
-        module = modules[path] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    function = getattr(module, message["function"])
-    args = [MockTensor(_DtypeName(d)) for d in message["arg_dtypes"]] + list(message["sizes"])
-    with target_driver(message["target"]):
-        kernel = function.warmup(*args, grid=(1,), **message["config"])
-        pointers = [t for t in kernel.src.signature.values() if isinstance(t, str) and t.startswith("*")]
-        expected = [_TRITON_DTYPES.get(d) for d in message["arg_dtypes"]]
-        if [p.lstrip("*k") for p in pointers] != expected:
-            raise RuntimeError(f"pointer types {pointers} do not match the launch's {message['arg_dtypes']}")
-        _build_launcher(kernel)
-    return kernel
+def _check_pointer_types(kernel, arg_dtypes) -> None:
+    pointers = [t for t in kernel.src.signature.values() if isinstance(t, str) and t.startswith("*")]
+    if [p.lstrip("*k") for p in pointers] != [_TRITON_DTYPES.get(d) for d in arg_dtypes]:
+        raise RuntimeError(f"pointer types {pointers} do not match the launch's {arg_dtypes}")
 
 
 # torch dtype name -> Triton's type name, for the pointer arguments surge generates.
@@ -403,7 +395,6 @@ def _worker_main() -> int:
     os.dup2(2, 1)   # whatever compiling prints must not reach the protocol stream
     import triton  # noqa: F401
 
-    modules: dict = {}
     pickle.dump("ready", protocol)
     protocol.flush()
     if len(sys.argv) > 2:   # the GPU target, when the pool knew it: warm up while jobs are prepared
@@ -418,7 +409,7 @@ def _worker_main() -> int:
         try:
             if message["target"] is None:
                 raise RuntimeError("a worker compiles for a named target only")
-            kernel = _worker_compile(message, modules)
+            kernel = compile_job(message, in_worker=True)
             error = None if kernel is not None else "nothing compiled"
         except Exception as failure:
             error = f"{type(failure).__name__}: {failure}"

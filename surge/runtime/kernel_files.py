@@ -19,7 +19,6 @@ import importlib.util
 import os
 
 from .. import logs
-from .code_cache import write_module
 from .triton_mode import interpreting
 
 _MODULES: dict = {}          # (file hash, interpreting) -> the imported kernel file
@@ -53,6 +52,8 @@ def import_kernel_file(path: str, key: str):
 
 def load_kernels(files: dict, kernels: dict, module_file: str) -> dict:
     """{call-site name: kernel function} for a generated module (see the module docstring)."""
+    from .code_cache import write_module   # imports torch; compile workers import kernel files without it
+
     folder = kernel_folder(module_file)
     paths = {}
     for key, text in files.items():
