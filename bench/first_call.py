@@ -64,7 +64,9 @@ def child(args) -> None:
     if profiler is not None:
         import pstats
         profiler.disable()
-        with open(f"{args.profile}.{args.child}.{args.contender}.{args.run}.txt", "w") as f:
+        stem = f"{args.profile}.{args.child}.{args.contender}.{args.run}"
+        profiler.dump_stats(f"{stem}.prof")  # for pstats' callers/callees views
+        with open(f"{stem}.txt", "w") as f:
             pstats.Stats(profiler, stream=f).sort_stats("cumulative").print_stats(60)
     phases = phase_timer.summary() if args.contender == "surge" else {}
     counters = {k: v for k, v in surge.counters.items() if k in ("graph_cache_hits", "binary_cache_hits", "cpp_compiles", "kernels")}
@@ -154,7 +156,8 @@ def main(argv=None) -> int:
                         "(the least disturbed on a shared machine)")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--profile", metavar="PREFIX",
-                   help="write each child's cProfile of the timed span to PREFIX.<workload>.<contender>.<run>.txt")
+                   help="write each child's cProfile of the timed span to PREFIX.<workload>.<contender>.<run>.txt "
+                        "(top functions) and .prof (the whole profile)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--run", help=argparse.SUPPRESS)
     p.add_argument("--contender", help=argparse.SUPPRESS)

@@ -296,6 +296,9 @@ class CompilePool:
         self.workers: list = []
         self.lock = threading.Lock()
         self.done_keys: set = set()
+        self.queued_keys: set = set()   # submitted, not yet accounted
+        self.pending: list = []         # submitted jobs no one has waited for yet
+        self.batch_start = 0.0
         self.totals = dict(jobs=0, in_process=0, in_workers=0, failed=0, batches=0)
 
     def start_workers(self, jobs: int) -> None:
@@ -328,33 +331,53 @@ class CompilePool:
 
     def prepare(self, jobs: list) -> list:
         """Compile ``jobs`` not compiled by this process before; returns those it ran."""
-        fresh, seen = [], set()
-        for job in jobs:
-            key = job.key()
-            if key not in self.done_keys and key not in seen:
-                seen.add(key)
-                fresh.append(job)
-        if not fresh:
-            return []
-        start = time.perf_counter()
+        fresh = self.submit(jobs)
+        self.finish_pending()   # also jobs with these keys submitted before
+        return fresh
+
+    def submit(self, jobs: list) -> list:
+        """Queue ``jobs`` not compiled or queued by this process before and return at once
+        (those queued): workers compile them while the caller goes on (a training graph's
+        backward is lowered while the forward's kernels compile); ``finish_pending`` waits."""
+        fresh = []
+        with self.lock:
+            for job in jobs:
+                key = job.key()
+                if key not in self.done_keys and key not in self.queued_keys:
+                    self.queued_keys.add(key)
+                    fresh.append(job)
+            if not fresh:
+                return []
+            if not self.pending:
+                self.batch_start = time.perf_counter()
+            self.pending.extend(fresh)
         device_target = _current_target() if self.workers and any(j.target is None for j in fresh) else None
         for job in fresh:
             job.worker_target = job.target or device_target
             self.jobs.put(job)
+        return fresh
+
+    def finish_pending(self) -> None:
+        """Compile what is queued, here and in the workers, and wait for every submitted job.
+        A kernel's first launch calls this, so that it launches what a worker compiled
+        instead of compiling it again."""
+        with self.lock:
+            if not self.pending:
+                return
+            jobs, self.pending = self.pending, []
         while True:   # the calling thread compiles too, from the same queue
             try:
                 self._compile_here(self.jobs.get_nowait())
             except queue.Empty:
                 break
-        for job in fresh:
+        for job in jobs:
             # A worker still busy with a job at the end (or one that started late): compile it
             # here too rather than wait idle; whichever finishes first counts.
             if not job.done.wait(0.05):
                 self._compile_here(job)
             if not job.done.wait(JOB_TIMEOUT_S):
                 job.finish("timed out", JOB_TIMEOUT_S, "worker")
-        self._account(fresh, time.perf_counter() - start)
-        return fresh
+        self._account(jobs, time.perf_counter() - self.batch_start)
 
     @staticmethod
     def _compile_here(job: KernelJob) -> None:
@@ -367,7 +390,9 @@ class CompilePool:
 
     def _account(self, jobs: list, seconds: float) -> None:
         failed = [j for j in jobs if j.error]
-        self.done_keys.update(j.key() for j in jobs if not j.error)
+        with self.lock:
+            self.done_keys.update(j.key() for j in jobs if not j.error)
+            self.queued_keys.difference_update(j.key() for j in jobs)
         in_workers = sum(1 for j in jobs if j.where == "worker")
         for k, v in (("jobs", len(jobs)), ("in_process", len(jobs) - in_workers), ("in_workers", in_workers),
                      ("failed", len(failed)), ("batches", 1)):
@@ -386,6 +411,8 @@ POOL = CompilePool()
 atexit.register(POOL.shutdown)
 start_workers = POOL.start_workers
 prepare = POOL.prepare
+submit = POOL.submit
+finish_pending = POOL.finish_pending
 
 
 # ---------------------------------------------------------------- the worker process

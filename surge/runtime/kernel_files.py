@@ -8,8 +8,8 @@ process and binds each call-site name to its function. Triton keys its
 in-process and on-disk caches by a function's source text and its line in the
 file, so equal kernels from any layer or graph are one ``JITFunction`` and one
 binary. When kernels run on a GPU, the ones this process has not compiled yet are
-compiled right away, in parallel (``compile_pool``), instead of one by one at
-their first launches; those whose binaries a former process kept
+queued right away to compile in parallel (``compile_pool``) while the caller goes
+on (lowering the next graph), instead of one by one at their first launches; those whose binaries a former process kept
 (``binary_cache``) are not compiled at all.
 """
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _precompile(kernels: dict, paths: dict, cache_dir: str) -> None:
             config = launch_config(meta, cache_dir, device_name)
             if not binary_cache.has_record(cache_dir, binary_cache.record_key(meta, config, device_name)):
                 jobs.append(compile_pool.job_for(paths[meta["file"]], meta, config))
-        compile_pool.prepare(jobs)
+        compile_pool.submit(jobs)   # the first launch of any kernel waits for them
     except Exception as error:  # never fatal: each kernel still compiles at its first launch
         logs.log("perf", f"compiling kernels ahead of launch failed, they compile at launch: "
                          f"{type(error).__name__}: {error}")

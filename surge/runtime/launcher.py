@@ -9,7 +9,7 @@ import time
 
 from .. import logs
 from ..tools.phases import phase_timer
-from . import autotune, binary_cache
+from . import autotune, binary_cache, compile_pool
 from .triton_mode import interpreting
 
 
@@ -55,6 +55,8 @@ def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tu
         return best
 
     def first_launch(args):
+        if not interpret:
+            compile_pool.finish_pending()   # this kernel may be one a worker is compiling
         config = state["config"] = choose(args)
         state["grid"] = _grid(meta, config)
         state["bound"] = kernel[state["grid"]]

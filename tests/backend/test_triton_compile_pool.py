@@ -95,6 +95,20 @@ PROGRAM = textwrap.dedent("""
         fallback = broken.prepare(jobs_of(paths))
         out["fallback"] = [len(fallback), sum(j.where == "process" for j in fallback),
                            [j.error for j in fallback if j.error]]
+    elif mode == "submit":
+        # queued without waiting (the caller lowers the next graph meanwhile); a kernel queued
+        # once is not queued again; the first launch's wait finishes every queued job
+        pool = compile_pool.CompilePool()
+        pool.start_workers(len(jobs))
+        first = pool.submit(jobs[:2])
+        rest = pool.submit(jobs)
+        out["queued"] = [len(first), len(rest), len(pool.pending)]
+        pool.finish_pending()
+        out["finished"] = [j.done.is_set() and j.error is None for j in first + rest]
+        out["pending_after"] = len(pool.pending)
+        out["again"] = len(pool.submit(jobs_of(paths)))
+        out["totals"] = [pool.totals["jobs"], pool.totals["batches"]]
+        pool.shutdown()
     elif mode == "binary":
         # a compiled kernel kept in surge's cache is rebuilt from it without Triton's compiler
         import shutil
@@ -153,6 +167,13 @@ def test_pool_compiles_each_distinct_kernel_once(tmp_path):
     assert out["again"] == 0, "a kernel compiled once in a process is not compiled again"
     assert out["entries"] >= 3
     assert out["fallback"] == [3, 3, []]
+
+
+def test_submitted_kernels_compile_while_the_caller_goes_on(tmp_path):
+    out = _run(tmp_path, "submit", _modules(tmp_path), SURGE_COMPILE_WORKERS="1")
+    assert out["queued"] == [2, 1, 3]   # the second LayerNorm+GELU call site is the first's kernel
+    assert out["finished"] == [True, True, True] and out["pending_after"] == 0
+    assert out["again"] == 0 and out["totals"] == [3, 1]
 
 
 def test_a_kept_binary_is_rebuilt_without_compiling(tmp_path):
