@@ -70,6 +70,10 @@ def child(args) -> None:
             pstats.Stats(profiler, stream=f).sort_stats("cumulative").print_stats(60)
     phases = phase_timer.summary() if args.contender == "surge" else {}
     counters = {k: v for k, v in surge.counters.items() if k in ("graph_cache_hits", "binary_cache_hits", "cpp_compiles", "kernels")}
+    pool = sys.modules.get("surge.runtime.compile_pool")
+    if pool is not None:   # kernels compiled ahead of their launch: how many, where
+        counters.update(compiled=pool.POOL.totals["jobs"], in_workers=pool.POOL.totals["in_workers"],
+                        workers=len(pool.POOL.workers))
     print(json.dumps({"import_torch_s": t1 - t0, "import_surge_s": t2 - t1, "first_call_s": seconds,
                       "phases_s": phases, "counters": counters}))
 

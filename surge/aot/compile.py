@@ -231,7 +231,8 @@ def _save_mutated_inputs_by_value(forward, program, num_forward_outputs: int) ->
                 results[k] = forward.graph.call_function(torch.ops.aten.clone.default, (node,))
             results[k].meta = dict(node.meta)
     output.args = (tuple(results),)
-    forward.recompile()
+    from ..passes.graph_code import code_changed   # compile-time only: warm calls import no passes
+    code_changed(forward)
 
 
 def _distinct_values(gm: torch.fx.GraphModule, start: int, stop: int) -> None:
@@ -258,7 +259,8 @@ def _distinct_values(gm: torch.fx.GraphModule, start: int, stop: int) -> None:
         seen.add(node)
     if changed:
         output.args = (tuple(results),)
-        gm.recompile()
+        from ..passes.graph_code import code_changed
+        code_changed(gm)
 
 
 def _autocast_state() -> tuple:

@@ -41,6 +41,7 @@ import torch
 import torch.fx
 
 from ..passes.dce import eliminate_dead_code
+from ..passes.graph_code import code_changed
 from .decompositions import CORE_OP_GROUPS, is_core, packet_name
 from .functionalize import is_view_op
 
@@ -382,4 +383,4 @@ def prune_unused_saved(forward: torch.fx.GraphModule, backward: torch.fx.GraphMo
     output.args = (tuple(results[:num_values] + [saved[i] for i in keep]),)
     # Random ops stay: removing one would shift the RNG stream of later ones.
     eliminate_dead_code(forward, keep_random=True)
-    backward.recompile()
+    code_changed(backward)

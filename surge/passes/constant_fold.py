@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
+from .graph_code import code_changed
 from .purity import is_pure
 
 # Folding trades a computation for a stored tensor; beyond this many elements the
@@ -41,7 +42,7 @@ def fold_constants(gm: torch.fx.GraphModule, *, max_numel: int = MAX_FOLDED_NUME
             values[const] = result
         elif isinstance(result, (tuple, list)):
             values[node] = result  # its getitems fold next
-    gm.recompile()
+    code_changed(gm)
     return gm
 
 

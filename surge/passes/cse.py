@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
+from .graph_code import code_changed
 from .purity import is_pure
 
 
@@ -37,5 +38,5 @@ def eliminate_common_subexpressions(gm: torch.fx.GraphModule) -> torch.fx.GraphM
         else:
             node.replace_all_uses_with(first)
             gm.graph.erase_node(node)
-    gm.recompile()
+    code_changed(gm)
     return gm

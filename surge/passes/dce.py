@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch.fx
 
+from .graph_code import code_changed
 from .purity import is_pure, is_random
 
 
@@ -20,7 +21,7 @@ def eliminate_dead_code(gm: torch.fx.GraphModule, *, keep_random: bool = False) 
         if removable:
             graph.erase_node(node)
     _drop_unused_attributes(gm)
-    gm.recompile()
+    code_changed(gm)
     return gm
 
 

@@ -90,3 +90,29 @@ def test_pipeline_has_named_steps_and_keeps_semantics():
     assert _count(gm, aten.sin.default) == 1 and _count(gm, aten.cos.default) == 0
     x = torch.randn(5)
     torch.testing.assert_close(gm(x)[0], 2 * x.sin())
+
+
+def test_a_changed_graph_regenerates_its_code_once_when_run_or_read(monkeypatch):
+    """Passes mark the code stale instead of regenerating it after each edit; the next
+    call or ``.code`` read sees the edited graph."""
+    def build(g, root):
+        x = g.placeholder("x")
+        a = g.call_function(aten.mul.Tensor, (x, 2.0))
+        b = g.call_function(aten.mul.Tensor, (x, 2.0))   # merged by CSE
+        g.call_function(aten.exp.default, (x,))          # removed by DCE
+        g.output((g.call_function(aten.add.Tensor, (a, b)),))
+
+    gm = _graph(build)
+    regenerated = []
+    real = torch.fx.GraphModule.recompile
+    monkeypatch.setattr(torch.fx.GraphModule, "recompile", lambda self: regenerated.append(1) or real(self))
+    gm = eliminate_dead_code(eliminate_common_subexpressions(gm))
+    assert regenerated == []
+    assert "exp" not in gm.code and gm.code.count("aten.mul") == 1
+    assert len(regenerated) == 1
+    x = torch.randn(5)
+    torch.testing.assert_close(gm(x), (4 * x,))
+    assert len(regenerated) == 1, "the code read above is current: the call does not regenerate it"
+    other = _graph(build)
+    eliminate_dead_code(other)
+    torch.testing.assert_close(other(x), (4 * x,))   # a call without a read regenerates too
