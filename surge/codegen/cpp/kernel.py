@@ -31,6 +31,7 @@ from .ops import OP_RULES, cast_expr, compute_dtype, ctype, literal, load_expr, 
 from .narrow_loads import NarrowLoads
 from .row_cache import RowCachePlanner
 from .scope import Scope
+from .vector16 import BLOCK, LANES, VectorLoop
 
 # Below this many elements of work a kernel runs on one thread: waking the
 # OpenMP team costs more than it saves.
@@ -59,6 +60,7 @@ class CppKernel:
     params: list        # (buffer name, is output), in parameter order
     is_reduction: bool
     parallel: bool
+    vector16: bool = False   # has explicit vector loops: the module needs vector16.HELPERS
 
 
 class CppKernelWriter:
@@ -85,6 +87,7 @@ class CppKernelWriter:
         # "[xi]" when accumulators are per-column arrays (column_reduction.py), else ""
         self.lane = ""
         self.narrow: NarrowLoads | None = None   # bool loads staged per row (narrow_loads.py)
+        self.vector16 = False
 
     # -- names -----------------------------------------------------------------
     def tmp(self) -> str:
@@ -219,14 +222,44 @@ class CppKernelWriter:
         self.store(scope, member)
 
     # -- loops -----------------------------------------------------------------
-    def loop_nest(self, outer: Scope, prefix: str, sizes, inner: Scope, pragmas: dict) -> None:
-        """``for`` loops over ``sizes`` around ``inner``'s lines; ``pragmas[k]`` above loop k."""
+    def loop_nest(self, outer: Scope, prefix: str, sizes, inner: Scope, pragmas: dict,
+                  vector: VectorLoop | None = None) -> None:
+        """``for`` loops over ``sizes`` around ``inner``'s lines; ``pragmas[k]`` above loop k.
+
+        With ``vector``, the innermost loop is its vector loop and then the scalar loop
+        over the rest (vector16.py).
+        """
         lines = list(inner.lines)
+        if vector is not None:
+            last = len(sizes) - 1
+            lines = vector.loop_lines("0", str(sizes[last]), lines, pragmas.get(last))
+            sizes = sizes[:last]
         for k in reversed(range(len(sizes))):
             head = [pragmas[k]] if k in pragmas else []
             head.append(f"for (int64_t {prefix}{k} = 0; {prefix}{k} < {sizes[k]}; ++{prefix}{k}) {{")
             lines = head + ["    " + line for line in lines] + ["}"]
         outer.lines.extend(lines)
+
+    def vector_loop(self, loop: Scope, prefix: str, sizes, members: list, cache_written) -> VectorLoop | None:
+        """The vector form of the innermost loop over ``sizes`` storing ``members``, if it has one."""
+        if not sizes or sizes[-1] < LANES:
+            return None
+        vector = VectorLoop.build(self, loop, f"{prefix}{len(sizes) - 1}", members, frozenset(cache_written))
+        self.vector16 = self.vector16 or vector is not None
+        return vector
+
+    def blocked_x_loop(self, top: Scope, body: Scope, vector: VectorLoop) -> None:
+        """A 1-D pointwise loop with a vector form, in blocks: the scalar redo covers one block."""
+        n = self.x_sizes[0]
+        if n <= BLOCK:
+            top.lines.extend(vector.loop_lines("0", str(n), body.lines, "#pragma omp simd"))
+            return
+        if self.parallel:
+            top.lines.append("#pragma omp parallel for schedule(static)")
+        top.lines.append(f"for (int64_t xb = 0; xb < {n}; xb += {BLOCK}) {{")
+        top.lines.append(f"    const int64_t xe = std::min<int64_t>(xb + {BLOCK}, {n});")
+        top.lines.extend("    " + line for line in vector.loop_lines("xb", "xe", body.lines, "#pragma omp simd"))
+        top.lines.append("}")
 
     def x_pragmas(self, innermost_simd: bool) -> dict:
         n = len(self.x_sizes)
@@ -379,10 +412,14 @@ class CppKernelWriter:
         top = Scope("top")
         if not self.plan.is_reduction:
             body = Scope("xloop", top)
-            for m in self.plan.members:
-                if m.stored:
-                    self.store(body, m)
-            self.loop_nest(top, "x", self.x_sizes, body, self.x_pragmas(innermost_simd=True))
+            stored = [m for m in self.plan.members if m.stored]
+            for m in stored:
+                self.store(body, m)
+            vector = self.vector_loop(body, "x", self.x_sizes, stored, ())
+            if vector is not None and len(self.x_sizes) == 1:
+                self.blocked_x_loop(top, body, vector)
+            else:
+                self.loop_nest(top, "x", self.x_sizes, body, self.x_pragmas(innermost_simd=True), vector)
             return self.finish(top)
         columns = ColumnSums(self) if ColumnSums.applies(self) else None
         if columns is None and wants_columns(self):
@@ -410,11 +447,17 @@ class CppKernelWriter:
         last_columns = columns is not None and columns.at_stage(self.plan.num_stages)
         if row_stores or last_columns:
             loop = Scope("rloop", row)
+            cache_written = set(self.row_cache_written)   # by earlier passes
             for m in row_stores:
                 self.store(loop, m)
             if last_columns:
                 columns.update(loop, self.plan.num_stages)
-            self.loop_nest(row, "r", self.r_sizes, loop, self.r_pragmas([]))
+            pragmas = self.r_pragmas([])
+            # the vector loop may run twice (vector16.py): only stores, and no row split across threads
+            vector = None
+            if not last_columns and "parallel" not in pragmas.get(len(self.r_sizes) - 1, ""):
+                vector = self.vector_loop(loop, "r", self.r_sizes, row_stores, cache_written)
+            self.loop_nest(row, "r", self.r_sizes, loop, pragmas, vector)
         for m in self.plan.members:
             if m.stored and m.role in ("reduction", "x"):
                 self.store(row, m)
@@ -435,7 +478,7 @@ class CppKernelWriter:
         lines += ["    " + line for line in top.lines]
         lines.append("}")
         return CppKernel(self.name, "\n".join(lines) + "\n", list(self.params), self.plan.is_reduction,
-                         self.parallel)
+                         self.parallel, self.vector16)
 
 
 def _has_r(expr) -> bool:

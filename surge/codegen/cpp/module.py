@@ -20,6 +20,7 @@ from ...schedule.groups import KernelGroup
 from ...schedule.scheduler import Schedule
 from ..common import prepare_kernel
 from .kernel import CppKernel, generate_cpp_kernel
+from . import vector16
 from .ops import storage_type
 from .prelude import PRELUDE  # noqa: F401  (a library is PRELUDE + module sources)
 
@@ -80,5 +81,7 @@ def generate_cpp_module(schedule: Schedule, prefix: str = "") -> CppModule:
         segments.append(seg)
         head = ", ".join(f"void* p{j}" for j in range(len(params)))
         parts.append(f'extern "C" void {seg.name}({head}) {{\n' + "\n".join(calls) + "\n}\n")
+    if any(kernel.vector16 for kernel in kernels.values()):
+        parts.insert(0, vector16.HELPERS)
     first = {seg.steps[0].index: seg for seg in segments}
     return CppModule("\n".join(parts), kernels, segments, first, schedule)
