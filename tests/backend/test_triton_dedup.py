@@ -78,3 +78,22 @@ def test_tuned_choice_is_keyed_by_body_sizes_and_device(tmp_path):
     chosen = autotune.candidate_configs(metas[0], interpret=False)[-1]
     autotune.store_choice(str(tmp_path), keys.pop(), chosen, [1.0])
     assert all(autotune.launch_config(m, str(tmp_path), "H200") == chosen for m in metas)
+
+
+def three_looped_reductions(x, m1, m2, m3):
+    """Row sums and variances looped in tiles (rows longer than the persistent limit)
+    after each of three matmuls: each layer's reduction has buffers of its own."""
+    outs = []
+    for m in (m1, m2, m3):
+        x = x @ m
+        outs.append(x.sum(-1) + x.var(-1))
+    return outs
+
+
+def test_repeated_looped_reductions_share_one_kernel():
+    inputs = [randn(3, 40)] + [randn(40, 40) for _ in range(3)]
+    c = compile_fn(three_looped_reductions, *inputs, persistent_limit=16)
+    assert len(c.kernel_names) == 3
+    text, = c.module.KERNEL_FILES.values()   # accumulators are not named after the layer's buffers
+    assert "for " in text, "the reductions loop over tiles"
+    assert_matches_eager(three_looped_reductions, c, *inputs, atol=1e-4, rtol=1e-4)

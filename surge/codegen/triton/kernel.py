@@ -10,7 +10,9 @@ r in short steps with wide tiles of neighbouring x (``autotune.column_default``)
 a persistent tile holding a whole column would read one element per memory
 transaction.
 Values are computed in fp32 for fp16/bf16 buffers; loads and stores are
-masked at the edges; indices are 64-bit when a buffer needs it.
+masked at the edges (a load whose address has no x, such as a weight row, only at
+r's; reductions only at r's, since they never mix rows); indices are 64-bit when a
+buffer needs it. ``bench/triton_sass.py`` counts what this costs per element on sm_90.
 """
 from __future__ import annotations
 
@@ -23,51 +25,13 @@ from ...lowering.sizes import linear_coefficient
 from ...lowering.values import Constant, IndexValue, Load, Masked, Op
 from ...runtime.triton_mode import interpreting
 from ..common import KernelPlan, format_index
-from .ops import COSTLY_OPS, OP_RULES, POINTER_TYPES, cast_expr, compute_dtype, literal, triton_dtype
+from .functions import functions_called
+from .ops import COSTLY_OPS, OP_RULES, POINTER_TYPES, cast_expr, compute_dtype, fused_form, literal, triton_dtype
 
 INT32_LIMIT = 2**31 - 1
 # Column reductions with up to this many elements per column keep the whole column in
 # one tile (the second stage of a split column reduction); longer ones loop over r.
 COLUMN_PERSISTENT_LIMIT = 64
-
-HELPERS = {
-    # fp32 -> bf16 rounding to nearest even, as eager and GPUs round; Triton's CPU
-    # interpreter truncates instead (used only when interpreting)
-    "_to_bf16_rtne": '''
-@triton.jit
-def _to_bf16_rtne(x):
-    bits = x.to(tl.float32).to(tl.uint32, bitcast=True)
-    bits = bits + 0x7FFF + ((bits >> 16) & 1)
-    rounded = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
-    return tl.where(x != x, x.to(tl.bfloat16), rounded)
-''',
-    "_prod_combine": '''
-@triton.jit
-def _prod_combine(a, b):
-    return a * b
-''',
-    "_argmax_combine": '''
-@triton.jit
-def _argmax_combine(value1, index1, value2, index2):
-    take = (value2 > value1) | ((value2 == value1) & (index2 < index1))
-    return tl.where(take, value2, value1), tl.where(take, index2, index1)
-''',
-    "_argmin_combine": '''
-@triton.jit
-def _argmin_combine(value1, index1, value2, index2):
-    take = (value2 < value1) | ((value2 == value1) & (index2 < index1))
-    return tl.where(take, value2, value1), tl.where(take, index2, index1)
-''',
-    "_welford_combine": '''
-@triton.jit
-def _welford_combine(mean1, m2_1, weight1, mean2, m2_2, weight2):
-    weight = weight1 + weight2
-    frac = tl.where(weight == 0.0, 0.0, weight2 / weight)
-    delta = mean2 - mean1
-    return mean1 + delta * frac, m2_1 + m2_2 + delta * delta * weight1 * frac, weight
-''',
-}
-
 
 @dataclasses.dataclass
 class Emitted:
@@ -81,7 +45,7 @@ class Emitted:
 class KernelSource:
     name: str
     source: str                 # the @triton.jit function
-    helpers: list               # helper function names it calls
+    helpers: list               # device functions it calls (``functions.FUNCTIONS``)
     params: list                # (param name, buffer name or None, signature type)
     is_reduction: bool
     persistent: bool
@@ -113,13 +77,14 @@ class TritonKernelWriter:
         self.column = self.reduction and reads_along_x(plan)
         if self.column and next_power_of_2(self.rnumel) > COLUMN_PERSISTENT_LIMIT:
             self.persistent = False
+        self.whole_rows = self.persistent and self.rnumel == next_power_of_2(self.rnumel)
         self.index_bits = 64 if self._needs_int64() else 32
         self.params: list = []
         self.pointer_of: dict[str, str] = {}
-        self.helpers: list = []
         self.reduced: dict[str, Emitted] = {}
         self.r_dependence: dict[int, bool] = {}
         self.counter = 0
+        self.accumulators = 0   # looped reductions' accumulators, numbered
         self.costly_ops = 0
         self.body: list[str] = []
 
@@ -145,20 +110,19 @@ class TritonKernelWriter:
             self.params.append((name, buffer, POINTER_TYPES[self.buffers[buffer].dtype]))
         return self.pointer_of[buffer]
 
-    def helper(self, name: str) -> str:
-        if name not in self.helpers:
-            self.helpers.append(name)
-        return name
-
     # -- block shapes ------------------------------------------------------------
     def full_shape(self, with_r: bool) -> str:
         if not self.reduction:
             return "[XBLOCK]"
         return "[XBLOCK, RBLOCK]" if with_r else "[XBLOCK, 1]"
 
-    def mask(self, uses_r: bool, extra=()) -> str:
-        parts = ["xmask"] + (["rmask"] if uses_r else []) + list(extra)
-        return " & ".join(parts)
+    def mask(self, uses_r: bool, extra=(), uses_x: bool = True) -> str | None:
+        """The lanes an access may touch; ``uses_x=False`` for a load whose address does not
+        depend on x (a weight row): any row may read it, so only r's edge applies."""
+        parts = ["xmask"] if uses_x else []
+        if uses_r and (uses_x or not self.whole_rows):
+            parts.append("rmask")
+        return " & ".join(parts + list(extra)) or None
 
     # -- values ----------------------------------------------------------------
     def emit(self, scope: Scope, value, masks=()) -> Emitted:
@@ -212,13 +176,16 @@ class TritonKernelWriter:
         if isinstance(v, Load):
             return self._emit_load(scope, v, masks)
         if isinstance(v, Op):
-            args = [self.emit(scope, c, masks) for c in v.children]
+            form = fused_form(v)
+            args = [self.emit(scope, c, masks) for c in (form[1] if form else v.children)]
             uses_r = any(a.uses_r for a in args)
             scalar = all(a.scalar for a in args)
-            if v.op == "cast":
+            if form is not None:
+                expr = f"{form[0]}({', '.join(a.name for a in args)})"
+            elif v.op == "cast":
                 expr = cast_expr(args[0].name, args[0].dtype, v.dtype)
                 if v.dtype == torch.bfloat16 and interpreting():
-                    expr = f"{self.helper('_to_bf16_rtne')}({args[0].name}).to(tl.float32)"
+                    expr = f"_to_bf16_rtne({args[0].name}).to(tl.float32)"
                 if args[0].scalar:
                     return Emitted(expr, v.dtype, False, True)
             else:
@@ -226,7 +193,7 @@ class TritonKernelWriter:
                                       dtype=v.children[0].dtype if v.op != "where" else v.dtype)
             if scalar:
                 return Emitted(expr, v.dtype, False, True)
-            self.costly_ops += v.op in COSTLY_OPS
+            self.costly_ops += form is not None or v.op in COSTLY_OPS
             return Emitted(self.assign(scope, expr), v.dtype, uses_r, False)
         if isinstance(v, Masked):
             cond = self.emit(scope, v.mask, masks)
@@ -251,12 +218,15 @@ class TritonKernelWriter:
         if not v.index.free_symbols:   # one element for the whole block: no mask needed
             expr = f"tl.load({pointer} + {format_index(v.index)})"
         else:
-            mask = self.mask(uses_r, masks)
+            uses_x = bool(v.indirect) or any(s.name[0] == "x" for s in v.index.free_symbols)
+            mask = self.mask(uses_r, masks, uses_x)
             offset = format_index(v.index, names)
             if not any(s.name[0] in "xr" for s in v.index.free_symbols):
                 offset += " + tl.zeros_like(xindex)"   # a gather through scalars: block-shaped pointer
-            expr = f"tl.load({pointer} + {offset}, {mask}, other=0)"
-        if v.dtype in (torch.float16, torch.bfloat16):
+            expr = f"tl.load({pointer} + {offset}, {mask}, other=0)" if mask else f"tl.load({pointer} + {offset})"
+        if v.dtype == torch.bfloat16 and any(s.name[0] == "x" for s in v.index.free_symbols):
+            expr = f"_bf16_to_f32({expr})"
+        elif v.dtype in (torch.float16, torch.bfloat16):
             expr += ".to(tl.float32)"
         return Emitted(self.assign(scope, expr), v.dtype, uses_r, False)
 
@@ -278,7 +248,7 @@ class TritonKernelWriter:
             e = self.emit(scope, member.value)
         value = self.block(e, e.dtype, with_r)
         if buf.dtype == torch.bfloat16 and interpreting():
-            value = f"{self.helper('_to_bf16_rtne')}({value})"
+            value = f"_to_bf16_rtne({value})"
         elif buf.dtype != compute_dtype(buf.dtype) or buf.dtype != e.dtype:
             value = f"{value}.to({triton_dtype(buf.dtype)})"
         pointer = self.pointer(member.buffer.name, out=True)
@@ -301,6 +271,17 @@ class TritonKernelWriter:
             return "1" if largest else "0"
         return str(info.max if largest else info.min)
 
+    def reduced_lanes(self) -> str | None:
+        """The mask of the lanes a reduction takes: r's edge only (a reduction never mixes
+        rows, and rows past xnumel are never stored), None when a tile is whole rows."""
+        return None if self.whole_rows else "rmask"
+
+    def row_extreme(self, kind: str, value: str, dtype: torch.dtype) -> str:
+        """A row's max or min; a NaN in a float row wins, as in eager (``tl.max`` drops it)."""
+        if dtype.is_floating_point:
+            return f"tl.reduce({value}, 1, _{kind}_propagating_nan)[:, None]"
+        return f"tl.{kind}({value}, 1)[:, None]"
+
     def reduce_persistent(self, scope: Scope, member) -> None:
         buf = member.buffer
         kind = buf.reduction_type
@@ -309,23 +290,31 @@ class TritonKernelWriter:
         body = self.block(e, acc, True)
         if kind in ("any", "all"):
             body = f"{body}.to(tl.int8)"
-        full = self.mask(True)
-        masked = self.assign(scope, f"tl.where({full}, {body}, {self.neutral(kind, acc)})")
+        lanes = self.reduced_lanes()
+        masked = body
+        if lanes is not None:
+            masked = self.assign(scope, f"tl.where({lanes}, {body}, {self.neutral(kind, acc)})")
         if kind == "sum":
             expr = f"tl.sum({masked}, 1)[:, None]"
         elif kind in ("max", "min"):
-            expr = f"tl.{kind}({masked}, 1)[:, None]"
+            expr = self.row_extreme(kind, masked, acc)
         elif kind == "prod":
-            expr = f"tl.reduce({masked}, 1, {self.helper('_prod_combine')})[:, None]"
+            expr = f"tl.reduce({masked}, 1, _prod_combine)[:, None]"
         elif kind == "any":
             expr = f"tl.max({masked}, 1)[:, None] != 0"
         elif kind == "all":
             expr = f"tl.min({masked}, 1)[:, None] != 0"
+        elif kind in ("argmax", "argmin") and acc.is_floating_point:   # NaN wins, as in eager
+            pair = self.tmp()
+            lanes_index = "rindex + tl.zeros([XBLOCK, RBLOCK], tl.int32)"
+            scope.lines.append(f"_, {pair} = tl.reduce(({masked}, {lanes_index}), 1, _{kind}_combine)")
+            expr = f"{pair}[:, None].to(tl.int64)"
         elif kind in ("argmax", "argmin"):
             expr = f"tl.{kind}({masked}, 1)[:, None].to(tl.int64)"
         elif kind == "var":
             mean = self.assign(scope, f"tl.sum({masked}, 1)[:, None] / {self.rnumel}")
-            dev = self.assign(scope, f"tl.where({full}, {body} - {mean}, 0.0)")
+            dev = f"{body} - {mean}" if lanes is None else f"tl.where({lanes}, {body} - {mean}, 0.0)"
+            dev = self.assign(scope, dev)
             expr = f"tl.sum({dev} * {dev}, 1)[:, None] / {float(self.rnumel - buf.correction)}"
         else:
             raise NotImplementedError(kind)
@@ -337,13 +326,17 @@ class TritonKernelWriter:
         acc = buf.acc_dtype if kind not in ("argmax", "argmin") else member.value.dtype
         t = triton_dtype(compute_dtype(acc)) if kind not in ("any", "all") else "tl.int8"
         shape = "[XBLOCK, RBLOCK]"
-        names = [f"acc_{buf.name}"]
+        # named by position, not by buffer: the same reduction in another layer of the
+        # model is then the same kernel text, one compile (kernel_files)
+        k = self.accumulators
+        self.accumulators += 1
+        names = [f"acc{k}"]
         if kind == "var":
-            names = [f"mean_{buf.name}", f"m2_{buf.name}", f"weight_{buf.name}"]
+            names = [f"mean{k}", f"m2_{k}", f"weight{k}"]
             for n in names:
                 outer.lines.append(f"{n} = tl.zeros({shape}, tl.float32)")
         elif kind in ("argmax", "argmin"):
-            names = [f"acc_{buf.name}", f"idx_{buf.name}"]
+            names = [f"acc{k}", f"idx{k}"]
             outer.lines.append(f"{names[0]} = tl.full({shape}, {self.neutral(kind, acc)}, {t})")
             outer.lines.append(f"{names[1]} = tl.zeros({shape}, tl.int64)")
         else:
@@ -357,27 +350,28 @@ class TritonKernelWriter:
         body = self.block(e, acc, True)
         if kind in ("any", "all"):
             body = f"{body}.to(tl.int8)"
-        full = self.mask(True)
+        lanes = self.reduced_lanes()
         a = accs[0]
         if kind == "sum":
-            scope.lines.append(f"{a} = {a} + tl.where({full}, {body}, 0)")
-        elif kind in ("max", "any"):
-            scope.lines.append(f"{a} = tl.maximum({a}, tl.where({full}, {body}, {self.neutral(kind, acc)}))")
-        elif kind in ("min", "all"):
-            scope.lines.append(f"{a} = tl.minimum({a}, tl.where({full}, {body}, {self.neutral(kind, acc)}))")
+            scope.lines.append(f"{a} = {a} + tl.where({lanes}, {body}, 0)")
+        elif kind in ("max", "any", "min", "all"):
+            fn = "tl.maximum" if kind in ("max", "any") else "tl.minimum"
+            nan = ", propagate_nan=tl.PropagateNan.ALL" if kind in ("max", "min") and acc.is_floating_point else ""
+            scope.lines.append(f"{a} = {fn}({a}, tl.where({lanes}, {body}, {self.neutral(kind, acc)}){nan})")
         elif kind == "prod":
-            scope.lines.append(f"{a} = {a} * tl.where({full}, {body}, 1)")
+            scope.lines.append(f"{a} = {a} * tl.where({lanes}, {body}, 1)")
         elif kind in ("argmax", "argmin"):
             cmp = ">" if kind == "argmax" else "<"
-            take = self.assign(scope, f"({full}) & ({body} {cmp} {a})")
+            wins = f"({body} {cmp} {a})" + (f" | (({body} != {body}) & ({a} == {a}))" if acc.is_floating_point else "")
+            take = self.assign(scope, f"({lanes}) & ({wins})")
             scope.lines.append(f"{a} = tl.where({take}, {body}, {a})")
             scope.lines.append(f"{accs[1]} = tl.where({take}, rindex + tl.zeros([XBLOCK, RBLOCK], tl.int64), {accs[1]})")
         elif kind == "var":
             mean, m2, weight = accs
-            w = self.assign(scope, f"{weight} + tl.where({full}, 1.0, 0.0)")
-            delta = self.assign(scope, f"tl.where({full}, {body} - {mean}, 0.0)")
-            new_mean = self.assign(scope, f"{mean} + tl.where({full}, {delta} / tl.maximum({w}, 1.0), 0.0)")
-            scope.lines.append(f"{m2} = {m2} + tl.where({full}, {delta} * ({body} - {new_mean}), 0.0)")
+            w = self.assign(scope, f"{weight} + tl.where({lanes}, 1.0, 0.0)")
+            delta = self.assign(scope, f"tl.where({lanes}, {body} - {mean}, 0.0)")
+            new_mean = self.assign(scope, f"{mean} + tl.where({lanes}, {delta} / tl.maximum({w}, 1.0), 0.0)")
+            scope.lines.append(f"{m2} = {m2} + tl.where({lanes}, {delta} * ({body} - {new_mean}), 0.0)")
             scope.lines.append(f"{mean} = {new_mean}")
             scope.lines.append(f"{weight} = {w}")
 
@@ -387,18 +381,18 @@ class TritonKernelWriter:
         if kind == "sum":
             expr = f"tl.sum({a}, 1)[:, None]"
         elif kind in ("max", "min"):
-            expr = f"tl.{kind}({a}, 1)[:, None]"
+            expr = self.row_extreme(kind, a, buf.acc_dtype)
         elif kind == "prod":
-            expr = f"tl.reduce({a}, 1, {self.helper('_prod_combine')})[:, None]"
+            expr = f"tl.reduce({a}, 1, _prod_combine)[:, None]"
         elif kind in ("any", "all"):
             expr = f"tl.{'max' if kind == 'any' else 'min'}({a}, 1)[:, None] != 0"
         elif kind in ("argmax", "argmin"):
-            combine = self.helper(f"_{kind}_combine")
+            combine = f"_{kind}_combine"
             pair = self.tmp()
             outer.lines.append(f"_, {pair} = tl.reduce(({a}, {accs[1]}), 1, {combine})")
             expr = f"{pair}[:, None]"
         elif kind == "var":
-            combine = self.helper("_welford_combine")
+            combine = "_welford_combine"
             m2 = self.tmp()
             outer.lines.append(f"_, {m2}, _ = tl.reduce(({accs[0]}, {accs[1]}, {accs[2]}), 1, {combine})")
             expr = f"{m2}[:, None] / {float(self.rnumel - buf.correction)}"
@@ -421,7 +415,7 @@ class TritonKernelWriter:
 
     def r_setup(self, scope: Scope, offset: str) -> None:
         scope.lines.append(f"rindex = {offset}rbase")
-        if self.persistent and self.rnumel == next_power_of_2(self.rnumel):
+        if self.whole_rows:
             # the tile is exactly one row: a constant mask lets Triton drop it
             scope.lines.append("rmask = tl.full([1, RBLOCK], 1, tl.int1)")
         else:
@@ -492,7 +486,8 @@ class TritonKernelWriter:
         all_params = list(self.params) + [(s, None, int_sig) for s in sizes]
         head = f"def {self.name}({', '.join(params + sizes + consts)}):"
         lines = ["@triton.jit", head] + ["    " + line for line in top.lines]
-        return KernelSource(self.name, "\n".join(lines) + "\n", list(self.helpers), all_params,
+        source = "\n".join(lines) + "\n"
+        return KernelSource(self.name, source, functions_called(source), all_params,
                             self.reduction, self.persistent, self.xnumel, self.rnumel, self.index_bits,
                             self.costly_ops, self.column)
 

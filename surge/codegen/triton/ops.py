@@ -6,11 +6,14 @@ see fp32 or fp64 operands. Functions Triton's core lacks come from libdevice
 (``triton.language.extra.libdevice``); in the CPU interpreter, which lacks
 libdevice, the generated module binds ``libdevice`` to surge's stand-ins
 (``surge.runtime.interpreter_libdevice``), so the kernel source is the same.
+Rules may call surge's own device functions (``functions.py``: erf, bf16 widening);
+``FUSED_FORMS`` lets one of them compute several ops at once.
 """
 from __future__ import annotations
 
 import torch
 
+from ...lowering.values import Constant, Op
 from ...registry import rule_registrar
 
 TRITON_DTYPES = {
@@ -51,7 +54,7 @@ for _name, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("eq", "=="), ("ne
     OP_RULES[_name] = _infix(_sym)
 
 _CORE_UNARY = {"exp": "tl.exp", "log": "tl.log", "sqrt": "tl.sqrt", "sin": "tl.sin", "cos": "tl.cos",
-               "abs": "tl.abs", "floor": "tl.floor", "ceil": "tl.ceil", "erf": "tl.erf",
+               "abs": "tl.abs", "floor": "tl.floor", "ceil": "tl.ceil",
                "exp2": "tl.exp2", "log2": "tl.log2", "rsqrt": "tl.rsqrt"}
 for _name, _fn in _CORE_UNARY.items():
     OP_RULES[_name] = (lambda f: lambda a, dtype: f"{f}({a})")(_fn)
@@ -59,6 +62,13 @@ for _name, _fn in _CORE_UNARY.items():
 _LIBDEVICE_UNARY = "tan asin acos atan sinh cosh tanh asinh acosh atanh expm1 log1p log10 trunc".split()
 for _name in _LIBDEVICE_UNARY:
     OP_RULES[_name] = (lambda f: lambda a, dtype: f"libdevice.{f}({a})")(_name)
+
+
+@rule("erf")
+def _erf(a, dtype):
+    """fp32 (fp16/bf16 compute in it) through surge's branch-free erf (functions.py); fp64
+    through libdevice's."""
+    return f"_erf({a})" if compute_dtype(dtype) == torch.float32 else f"tl.erf({a})"
 
 
 @rule("truediv")
@@ -208,8 +218,10 @@ def cast_expr(value: str, src: torch.dtype, dst: torch.dtype) -> str:
     """Convert between logical dtypes, rounding through fp16/bf16 as eager would."""
     if dst == torch.bool:
         return f"({value} != 0)"
-    if dst in (torch.float16, torch.bfloat16):
-        return f"{value}.to({triton_dtype(dst)}).to(tl.float32)"
+    if dst == torch.bfloat16:
+        return f"{value}.to(tl.bfloat16).to(tl.float32)"
+    if dst == torch.float16:
+        return f"{value}.to(tl.float16).to(tl.float32)"
     if compute_dtype(src) == compute_dtype(dst):
         return value
     return f"{value}.to({triton_dtype(dst)})"
@@ -226,3 +238,58 @@ def literal(value, dtype: torch.dtype) -> str:
         return repr(value)
     return str(int(value))
 
+
+
+# Forms of several ops that one device function (functions.py) computes in fewer
+# instructions, as accurately: outer op name -> matchers of an ``Op`` node returning
+# (function name, operand values) or None.
+FUSED_FORMS: dict = {}
+
+
+def fused_form(v: Op):
+    for match in FUSED_FORMS.get(v.op, ()):
+        found = match(v)
+        if found is not None:
+            return found
+    return None
+
+
+def _fused(op: str):
+    def register(match):
+        FUSED_FORMS.setdefault(op, []).append(match)
+        return match
+    return register
+
+
+def _is_constant(v, value: float) -> bool:
+    return isinstance(v, Constant) and v.dtype.is_floating_point and abs(v.value - value) < 1e-12
+
+
+def _operand_pairs(v: Op):
+    """(a, b) and (b, a) of a commutative binary op."""
+    return (v.children, v.children[::-1])
+
+
+@_fused("mul")
+def _normal_cdf(v: Op):
+    """``0.5 * (1 + erf(x * sqrt(1/2)))`` in fp32 (exact GELU's ``cdf``): ``_normal_cdf(x)``."""
+    for half, one_plus in _operand_pairs(v):
+        if not (_is_constant(half, 0.5) and isinstance(one_plus, Op) and one_plus.op == "add"):
+            continue
+        found = _one_plus_erf(one_plus)
+        scaled = found[1][0] if found else None
+        if isinstance(scaled, Op) and scaled.op == "mul" and compute_dtype(v.dtype) == torch.float32:
+            for x, scale in _operand_pairs(scaled):
+                if _is_constant(scale, 0.5 ** 0.5):
+                    return "_normal_cdf", [x]
+    return None
+
+
+@_fused("add")
+def _one_plus_erf(v: Op):
+    """``1 + erf(z)`` in fp32 (GELU's): ``_one_plus_erf(z)``."""
+    for one, erf in _operand_pairs(v):
+        if (_is_constant(one, 1.0) and isinstance(erf, Op) and erf.op == "erf"
+                and compute_dtype(v.dtype) == compute_dtype(erf.children[0].dtype) == torch.float32):
+            return "_one_plus_erf", [erf.children[0]]
+    return None
