@@ -21,8 +21,14 @@ launcher (Triton compiles one per signature with the C compiler, ~0.3 s each,
 on a kernel's first launch). The calling thread takes jobs
 from the same queue and compiles them in process, so a batch is never slower
 than compiling serially; with no workers (none could start,
-``SURGE_COMPILE_WORKERS=0``, one CPU) it is exactly that. A job that fails is
-left to its launch, which compiles it and reports any error as before.
+``SURGE_COMPILE_WORKERS=0``, one CPU) it is exactly that, except that the
+launchers of the kernels it compiles are built in threads beside its next
+compiles. A job that fails is left to its launch, which compiles it and reports
+any error as before.
+
+``submit`` queues a graph's jobs and returns; the first launch of any kernel
+calls ``finish_pending``, which compiles what is still queued and waits for the
+rest, so a training graph's backward is lowered while its forward's kernels compile.
 """
 from __future__ import annotations
 
@@ -298,6 +304,7 @@ class CompilePool:
         self.done_keys: set = set()
         self.queued_keys: set = set()   # submitted, not yet accounted
         self.pending: list = []         # submitted jobs no one has waited for yet
+        self.launcher_builds: list = []  # threads building launchers of kernels compiled here
         self.batch_start = 0.0
         self.totals = dict(jobs=0, in_process=0, in_workers=0, failed=0, batches=0)
 
@@ -377,16 +384,27 @@ class CompilePool:
                 self._compile_here(job)
             if not job.done.wait(JOB_TIMEOUT_S):
                 job.finish("timed out", JOB_TIMEOUT_S, "worker")
+        with self.lock:
+            builds, self.launcher_builds = self.launcher_builds, []
+        for thread in builds:
+            thread.join()
         self._account(jobs, time.perf_counter() - self.batch_start)
 
-    @staticmethod
-    def _compile_here(job: KernelJob) -> None:
+    def _compile_here(self, job: KernelJob) -> None:
         start = time.perf_counter()
         try:
-            compile_job(job.message())
+            kernel = compile_job(job.message())
             job.finish(None, time.perf_counter() - start, "process")
         except Exception as error:
             job.finish(f"{type(error).__name__}: {error}", time.perf_counter() - start, "process")
+            return
+        # Where Triton builds a kernel's launcher with the C compiler at its first launch
+        # (~0.3 s, one after another), build it now beside this thread's next compile: the
+        # thread waits on the compiler without the GIL. The launch finds it in Triton's cache.
+        thread = threading.Thread(target=_build_launcher, args=(kernel,), daemon=True)
+        thread.start()
+        with self.lock:
+            self.launcher_builds.append(thread)
 
     def _account(self, jobs: list, seconds: float) -> None:
         failed = [j for j in jobs if j.error]

@@ -205,3 +205,30 @@ def test_binary_keys_follow_tritons_compile_environment(monkeypatch):
     before = binary_cache.record_key(meta, config, "H200")
     monkeypatch.setattr(binary_cache, "_compile_environment", lambda: [("TRITON_DEFAULT_FP_FUSION", "0")])
     assert binary_cache.record_key(meta, config, "H200") != before
+
+
+def test_launchers_of_kernels_compiled_here_are_built_beside_the_next_compile(monkeypatch):
+    """The calling thread compiles; each kernel's launcher is built in a thread of its own,
+    and ``finish_pending`` returns only when every one is built."""
+    import threading
+    import time
+
+    from surge.runtime import compile_pool
+
+    compiled, built = [], []
+    monkeypatch.setattr(compile_pool, "compile_job", lambda message: compiled.append(message["function"]) or
+                        message["function"])
+
+    def build(kernel):
+        time.sleep(0.1)
+        built.append((kernel, threading.get_ident()))
+
+    monkeypatch.setattr(compile_pool, "_build_launcher", build)
+    pool = compile_pool.CompilePool()   # no workers: everything compiles in this thread
+    jobs = [compile_pool.KernelJob(f"k{i}.py", f"kernel{i}", ("float32",), (16 * (i + 1) + 1,), {}) for i in range(3)]
+    assert len(pool.submit(jobs)) == 3 and compiled == []   # queued, not compiled yet
+    pool.finish_pending()
+    assert compiled == ["kernel0", "kernel1", "kernel2"]
+    assert sorted(k for k, _ in built) == compiled, "every launcher was built before finish_pending returned"
+    assert threading.get_ident() not in {t for _, t in built}
+    assert pool.totals["in_process"] == 3 and pool.launcher_builds == []
