@@ -119,10 +119,11 @@ def main():
         mine = recorder.graphs[first:]
         host = {}
         for k, (graph, last, call) in enumerate(mine):
-            host[f"graph{k}"] = (lambda call=call, last=last: call(last))
+            # a compiled call empties its argument list (inputs dropped after their last use)
+            host[f"graph{k}"] = (lambda call=call, last=last: call(list(last)))
             if args.no_kernels:
                 bare = graph.module.make_call(no_op_library())
-                host[f"graph{k} no-op segments"] = (lambda bare=bare, last=last: bare(last))
+                host[f"graph{k} no-op segments"] = (lambda bare=bare, last=last: bare(list(last)))
         ends = interleaved_min(steps, args.rounds, args.inner)
         with torch.no_grad():
             hosts = interleaved_min(host, args.rounds, args.inner) if host else {}

@@ -126,6 +126,13 @@ def _upper_bound(expr: sympy.Expr, bounds: dict):
     return total
 
 
+def index_below(expr: sympy.Expr, bounds: dict, limit: int) -> bool:
+    """Whether index ``expr`` stays in ``[0, limit)`` for every value of its symbols below
+    ``bounds`` (proved term by term: non-negative terms whose largest values sum below)."""
+    top = _upper_bound(sympy.expand(expr), bounds)
+    return top is not None and top < limit
+
+
 def _split_by_divisor(expr: sympy.Expr, d: int):
     """``expr`` as (terms divisible by ``d``, the rest)."""
     whole, rest = sympy.Integer(0), sympy.Integer(0)
@@ -167,6 +174,10 @@ def _simplify_floordiv_mod(expr, a: sympy.Expr, d: int, bounds: dict) -> sympy.E
         return sympy.expand(whole / d) if isinstance(expr, FloorDiv) else rest
     if isinstance(expr, Mod) and whole != 0:           # (d*k + x) % d == x % d
         return _simplify_floordiv_mod(expr, rest, d, bounds)
+    if isinstance(expr, FloorDiv) and whole != 0 and top is not None:
+        # (d*k + x) // d == k + x // d; x a bounded non-negative sum, so that generated code,
+        # which divides with truncation, still floors
+        return sympy.expand(whole / d) + _simplify_floordiv_mod(expr, rest, d, bounds)
     found = _divide_out(a, d, bounds)
     if found is not None:                              # (g*w + r) with r < g, g | d
         g, w, r = found

@@ -22,6 +22,7 @@ import dataclasses
 import sympy
 import torch
 
+from ...lowering.sizes import index_below, index_symbol
 from ...lowering.values import Constant, IndexValue, Load, Masked, Op
 from ..common import KernelPlan, format_index
 from .affine_index import affine_index
@@ -181,6 +182,11 @@ class CppKernelWriter:
             return Emitted(self.assign(scope, v.dtype, expr), v.dtype)
         if isinstance(v, Masked):
             cond = self.emit(scope, v.mask)
+            if self._loads_anywhere(v.body):
+                # the mask guards nothing: a select the compiler can vectorize, not a branch
+                body = self.emit(scope, v.body)
+                other = literal(v.other, v.dtype)
+                return Emitted(self.assign(scope, v.dtype, f"({cond.name} ? {body.name} : {other})"), v.dtype)
             name = self.tmp()
             scope.lines.append(f"{ctype(v.dtype)} {name} = {literal(v.other, v.dtype)};")
             inner = Scope("masked", scope)
@@ -191,6 +197,33 @@ class CppKernelWriter:
             scope.lines.append("}")
             return Emitted(name, v.dtype)
         raise NotImplementedError(f"no C++ code for {type(v).__name__}")
+
+    def _loads_anywhere(self, body) -> bool:
+        """Whether ``body`` (a masked value) can run where its mask is off too: each load is a
+        direct load of a buffer outside the kernel whose index stays inside the buffer on the
+        whole loop domain, mask or not (a rotary interleave of (even, odd) pairs), and no op
+        is integer arithmetic (a division by zero would trap)."""
+        bounds = {index_symbol(name[0], int(name[1:])): n for name, n in self.loop_sizes.items()}
+        stack, seen = [body], set()
+        while stack:
+            v = stack.pop()
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if isinstance(v, Load):
+                buf = self.buffers.get(v.buffer)
+                if v.indirect or buf is None or self.plan.member(v.buffer) is not None:
+                    return False
+                lay = buf.layout
+                span = sum((int(s) - 1) * abs(int(st)) for s, st in zip(lay.shape, lay.stride)) + 1
+                if not index_below(v.index, bounds, span):
+                    return False
+            elif isinstance(v, Op) and not (v.dtype.is_floating_point or v.dtype == torch.bool):
+                return False
+            elif isinstance(v, Masked):
+                return False
+            stack.extend(v.children)
+        return True
 
     def _emit_load(self, scope: Scope, v: Load) -> Emitted:
         member = self.plan.member(v.buffer)
