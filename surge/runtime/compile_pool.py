@@ -440,10 +440,13 @@ def _worker_main() -> int:
     os.dup2(2, 1)   # whatever compiling prints must not reach the protocol stream
     import triton  # noqa: F401
 
-    pickle.dump("ready", protocol)
-    protocol.flush()
     if len(sys.argv) > 2:   # the GPU target, when the pool knew it: warm up while jobs are prepared
         _warm_up(tuple(json.loads(sys.argv[2])))
+    # Ready only now: a job handed over earlier would wait here behind the warm-up (seconds
+    # where Triton imports torch on its first compile) while the calling thread, finding
+    # the queue empty, compiled it again itself.
+    pickle.dump("ready", protocol)
+    protocol.flush()
     requests = sys.stdin.buffer
     while True:
         try:
