@@ -3,7 +3,8 @@
 #
 #   bash bench/gpu_round.sh [OUT_DIR]      (OUT_DIR default: ./gpu_round)
 #   STEPS=first,train bash bench/gpu_round.sh   (a subset: tests, first, train; all three
-#                                                take ~12 minutes on an H200 host)
+#                                                take ~12 minutes on an H200 host; first_all,
+#                                                not a default, times every workload's first call)
 #
 # 1. Compiles the bytecode of torch, sympy, triton and surge first: on a machine whose
 #    Python environment has no compiled bytecode, every fresh process compiles sympy's
@@ -31,6 +32,11 @@ if [[ $steps == *,first,* ]]; then
     python3 bench/first_call.py --device cuda --full --only seed_block_fp32,gpt_bundled,mlp_train \
         --contenders surge,torch.compile > "$out/first_call.txt" 2>&1
     echo "== first calls"; tail -7 "$out/first_call.txt"
+fi
+
+if [[ $steps == *,first_all,* ]]; then   # every workload (~6 minutes): the per-workload ratios
+    python3 bench/first_call.py --device cuda --full --contenders surge,torch.compile > "$out/first_call_all.txt" 2>&1
+    echo "== first calls, every workload"; sed -n '/^workload /,$p' "$out/first_call_all.txt"
 fi
 
 if [[ $steps == *,train,* ]]; then
