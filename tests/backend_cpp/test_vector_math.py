@@ -1,6 +1,8 @@
-"""The generated code's own float exp (``surge_expf`` in the prelude) against float64 exp,
-over every magnitude a float can take: within 1 ulp, inf/NaN/-0.0 and subnormal results as eager."""
+"""The generated code's own float math in the prelude against float64: ``surge_expf`` over
+every magnitude a float can take (within 1 ulp, inf/NaN/-0.0 and subnormal results as
+eager), and exact GELU's one-formula forms (``surge_one_plus_erf``, ``surge_normal_cdf``)."""
 import torch
+import torch.nn.functional as F
 
 from .helpers import compile_cases
 
@@ -25,7 +27,18 @@ def _ulps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (ordered(a) - ordered(b)).abs()
 
 
+def _gelu_inputs():
+    x = torch.linspace(-12, 12, 1 << 20)
+    return (torch.cat([x, torch.tensor([NAN, -INF, 0.0, -0.0, 1e-40, -1e-40, 1e30, -1e30, -5.0, 3.0])]),)
+
+
+def gelu_by_formula(x):
+    return 0.5 * x * (1 + torch.erf(x / 2 ** 0.5))
+
+
 CASES = {
+    "gelu": (F.gelu, _gelu_inputs),
+    "gelu_by_formula": (gelu_by_formula, _gelu_inputs),
     "exp": (torch.exp, _wide_inputs),
     "sigmoid": (torch.sigmoid, _wide_inputs),
     "masked_exp": (lambda x: torch.exp(torch.where(torch.arange(x.numel()) % 3 == 0, -INF, x)), _wide_inputs),
@@ -63,3 +76,23 @@ def test_sigmoid_through_own_exp_matches_eager():
     (x,) = _wide_inputs()
     got, want = _compiled()["sigmoid"](x), torch.sigmoid(x)
     torch.testing.assert_close(got, want, equal_nan=True, rtol=3e-7, atol=1e-38)
+
+
+def test_exact_gelu_through_one_formula_is_as_accurate_as_eager():
+    """GELU's ``1 + erf`` (and ``0.5 * (1 + erf(x / sqrt 2))``) run as one branch-free
+    formula: error against float64 at most eager's, without eager's cancellation below 0."""
+    (x,) = _gelu_inputs()
+    assert "surge_normal_cdf(" in _compiled()["gelu"].cpp_source
+    assert "surge_one_plus_erf(" in _compiled()["gelu_by_formula"].cpp_source   # x / sqrt 2: a division
+    want = F.gelu(x.double())
+    eager_error = (F.gelu(x).double() - want).abs()
+    finite = want.isfinite()
+    for name in ("gelu", "gelu_by_formula"):
+        got = _compiled()[name](x)
+        assert torch.equal(got.isnan(), F.gelu(x).isnan()), name
+        error = (got.double() - want).abs()[finite]
+        assert float(error.max()) <= max(float(eager_error[finite].max()), 4e-7), name
+        near_zero = finite & (x > -1) & (x < 1)   # where GELU is small, relative error counts
+        assert float(((got.double() - want).abs() / want.abs().clamp_min(1e-30))[near_zero & (x != 0)].max()) < 1e-6
+        big = torch.tensor(1e30)
+        assert got[x == -big].item() == 0.0 and got[x == big].item() == big.item()

@@ -26,7 +26,8 @@ from ...lowering.values import Constant, IndexValue, Load, Masked, Op
 from ...runtime.triton_mode import interpreting
 from ..common import KernelPlan, format_index
 from .functions import functions_called
-from .ops import COSTLY_OPS, OP_RULES, POINTER_TYPES, cast_expr, compute_dtype, fused_form, literal, triton_dtype
+from ..fused_forms import fused_form
+from .ops import COSTLY_OPS, OP_RULES, POINTER_TYPES, cast_expr, compute_dtype, literal, triton_dtype
 
 INT32_LIMIT = 2**31 - 1
 # Column reductions with up to this many elements per column keep the whole column in
@@ -181,7 +182,7 @@ class TritonKernelWriter:
             uses_r = any(a.uses_r for a in args)
             scalar = all(a.scalar for a in args)
             if form is not None:
-                expr = f"{form[0]}({', '.join(a.name for a in args)})"
+                expr = f"_{form[0]}({', '.join(a.name for a in args)})"   # functions.py
             elif v.op == "cast":
                 expr = cast_expr(args[0].name, args[0].dtype, v.dtype)
                 if v.dtype == torch.bfloat16 and interpreting():
