@@ -75,6 +75,23 @@ def gelu_bf16(x):
     return torch.nn.functional.gelu(x.float()).to(torch.bfloat16)
 
 
+def gelu_from_bf16(x):
+    return torch.nn.functional.gelu(x.float())   # float32 out: every bit of the formula shows
+
+
+def tanh_gelu_bf16(x):
+    return torch.nn.functional.gelu(x.float(), approximate="tanh").to(torch.bfloat16)
+
+
+def _gelu_rows():
+    # 87 columns: five vector steps and a scalar tail of 7 that repeats the first 7 columns
+    x = randn(4, 87) * 4
+    x[:, 80:] = x[:, :7]
+    x[0, :7] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 1e-30, -30.0, 30.0])
+    x[0, 80:] = x[0, :7]
+    return (x.to(torch.bfloat16),)
+
+
 def special_floats(n: int) -> torch.Tensor:
     """``n`` floats: specials that bf16/fp16 rounding must get right, among random values."""
     bits = [0x7fc00000, 0xffc12345, 0x7f800001, 0x7f800000, 0xff800000,      # NaNs, +-inf
@@ -113,7 +130,9 @@ CASES = {
     "half_chain": (half_chain, lambda: (randn(5, 77, dtype=torch.float16), randn(77, dtype=torch.float16))),
     "float_only": (float_only, lambda: (randn(8, 64), randn(64))),
     "transposed": (transposed, lambda: (randn(64, 48, dtype=torch.bfloat16),)),
-    "gelu_bf16": (gelu_bf16, lambda: (randn(4, 64, dtype=torch.bfloat16),)),
+    "gelu_bf16": (gelu_bf16, _gelu_rows),
+    "gelu_from_bf16": (gelu_from_bf16, _gelu_rows),
+    "tanh_gelu_bf16": (tanh_gelu_bf16, lambda: (randn(4, 64, dtype=torch.bfloat16),)),
 }
 
 
@@ -239,7 +258,7 @@ def test_which_loops_get_a_vector_form(compiled):
     assert f"xb += {BLOCK}" in compiled["to_bf16_parallel"].cpp_source
     # float-only loops stay with GCC; an op without a vector form keeps the scalar loop
     assert VECTOR_LOOP not in compiled["float_only"].cpp_source
-    assert VECTOR_LOOP not in compiled["gelu_bf16"].cpp_source
+    assert VECTOR_LOOP not in compiled["tanh_gelu_bf16"].cpp_source
     assert VECTOR_LOOP not in compiled["transposed"].cpp_source
     assert "__mmask16 special" not in compiled["to_f16_rows"].cpp_source, "fp16 rounding needs no fallback check"
     # <immintrin.h> costs the compiler ~0.3 s: only modules with vector loops include it
@@ -255,3 +274,17 @@ def test_vector_path_is_compiled_in_on_cpus_with_avx512_bf16():
     out = subprocess.run([DEFAULT_CXX, *[f for f in COMPILE_FLAGS if f != "-shared"], "-dM", "-E", "-x", "c++", "-"],
                          input=PRELUDE + HELPERS, capture_output=True, text=True, check=True).stdout
     assert "#define SURGE_VEC16 1" in out
+
+
+def test_gelus_normal_cdf_in_lanes_equals_the_scalar_formula_bitwise(compiled):
+    """GELU's one-formula normal CDF (codegen/fused_forms.py) in vector lanes gives the
+    scalar loop's bits: the tail columns repeat the first ones (specials included)."""
+    (x,) = _gelu_rows()
+    for name, fn, bits in (("gelu_bf16", gelu_bf16, torch.int16), ("gelu_from_bf16", gelu_from_bf16, torch.int32)):
+        assert "surge_v_normal_cdf(" in compiled[name].cpp_source, name
+        got = compiled[name](x)
+        assert torch.equal(got[:, 80:].view(bits), got[:, :7].view(bits)), name
+        # eager's GELU of +inf is NaN (its erf formula); surge's, like torch.compile's, is +inf
+        finite = x != float("inf")
+        torch.testing.assert_close(got[finite], fn(x)[finite], equal_nan=True)
+        assert bool((got[~finite] == float("inf")).all())
