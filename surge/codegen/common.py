@@ -148,6 +148,12 @@ def _assign_stages(plan: KernelPlan) -> None:
         ready[m.buffer.name] = first
 
 
+def layout_span(layout) -> int:
+    """Elements from a layout's first element to its last reachable one, inclusive (its
+    offset not counted)."""
+    return sum((int(s) - 1) * abs(int(st)) for s, st in zip(layout.shape, layout.stride)) + 1
+
+
 def format_index(expr: sympy.Expr, names: dict | None = None) -> str:
     """``expr`` in the integer syntax shared by Triton and C (non-negative operands)."""
     names = names or {}

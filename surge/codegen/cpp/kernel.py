@@ -24,7 +24,7 @@ import torch
 
 from ...lowering.sizes import index_below, index_symbol
 from ...lowering.values import Constant, IndexValue, Load, Masked, Op
-from ..common import KernelPlan, format_index
+from ..common import KernelPlan, format_index, layout_span
 from ..fused_forms import fused_form
 from .affine_index import affine_index
 from .column_reduction import generate_columns, wants_columns
@@ -219,9 +219,7 @@ class CppKernelWriter:
                 buf = self.buffers.get(v.buffer)
                 if v.indirect or buf is None or self.plan.member(v.buffer) is not None:
                     return False
-                lay = buf.layout
-                span = sum((int(s) - 1) * abs(int(st)) for s, st in zip(lay.shape, lay.stride)) + 1
-                if not index_below(v.index, bounds, span):
+                if not index_below(v.index, bounds, layout_span(buf.layout)):
                     return False
             elif isinstance(v, Op) and not (v.dtype.is_floating_point or v.dtype == torch.bool):
                 return False

@@ -24,7 +24,7 @@ import torch
 from ...lowering.sizes import linear_coefficient
 from ...lowering.values import Constant, IndexValue, Load, Masked, Op
 from ...runtime.triton_mode import interpreting
-from ..common import KernelPlan, format_index
+from ..common import KernelPlan, format_index, layout_span
 from .functions import functions_called
 from ..fused_forms import fused_form
 from .ops import COSTLY_OPS, OP_RULES, POINTER_TYPES, cast_expr, compute_dtype, literal, triton_dtype
@@ -499,8 +499,7 @@ def next_power_of_2(n: int) -> int:
 
 def _extent(buf) -> int:
     """Elements spanned by a buffer's layout (its largest reachable offset + 1)."""
-    lay = buf.layout
-    return int(lay.offset) + sum((int(s) - 1) * abs(int(st)) for s, st in zip(lay.shape, lay.stride)) + 1
+    return int(buf.layout.offset) + layout_span(buf.layout)
 
 
 def reads_along_x(plan: KernelPlan) -> bool:
