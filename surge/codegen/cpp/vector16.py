@@ -47,6 +47,7 @@ import torch
 from ...lowering.sizes import index_symbol, linear_coefficient
 from ...lowering.values import Constant, Load, Op
 from ..fused_forms import fused_form
+from ..gelu_fits import EXP2, NORMAL_CDF, NORMAL_CDF_CLAMP, ONE_PLUS_ERF, ONE_PLUS_ERF_CLAMP, horner
 from .ops import load_expr, literal
 
 if TYPE_CHECKING:
@@ -60,6 +61,48 @@ FLOATS = (torch.float32,) + SIXTEEN_BIT
 # A 1-D pointwise kernel runs its loop in blocks of this many elements: the unit that
 # the scalar loop redoes after a NaN or denormal rounded to bf16.
 BLOCK = 4096
+
+
+def _lane_constant(c: float) -> str:
+    return f"surge_v_c({c!r}f)"
+
+
+def _lane_fma(a: str, b: str, c: str) -> str:
+    return f"_mm512_fmadd_ps({a}, {b}, {c})"
+
+
+# The prelude's surge_exp2f_nonpositive, surge_normal_cdf and surge_one_plus_erf in lanes:
+# the same operations in the same order (fma for fma), so lanes equal the scalar results
+# bit for bit (tests check it).
+_GELU_LANES = f"""static inline __m512 surge_v_c(float c) {{ return _mm512_set1_ps(c); }}
+static inline __m512 surge_v_exp2_nonpositive(__m512 y) {{
+    const __m512 yc = _mm512_max_ps(y, surge_v_c(-127.0f));   // NaN lanes: the callers blend them back
+    const __m512 shifted = _mm512_add_ps(yc, surge_v_c(12582912.0f));
+    const __m512i n = _mm512_sub_epi32(_mm512_castps_si512(shifted), _mm512_set1_epi32(0x4B400000));
+    const __m512 r = _mm512_sub_ps(yc, _mm512_sub_ps(shifted, surge_v_c(12582912.0f)));
+{horner(EXP2, "r", _lane_fma, _lane_constant, declare="__m512 ")}
+    const __m512i scale = _mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(scale));
+}}
+static inline __m512 surge_v_normal_cdf(__m512 x) {{
+    const __m512 a = _mm512_abs_ps(x);
+    const __m512 t = _mm512_min_ps(a, {_lane_constant(NORMAL_CDF_CLAMP)});
+{horner(NORMAL_CDF, "t", _lane_fma, _lane_constant, declare="__m512 ")}
+    const __m512 half_erfc = surge_v_exp2_nonpositive(_mm512_fmadd_ps(p, a, surge_v_c(-1.0f)));
+    const __mmask16 upper = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
+    const __m512 out = _mm512_mask_blend_ps(upper, half_erfc, _mm512_sub_ps(surge_v_c(1.0f), half_erfc));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), out, x);
+}}
+static inline __m512 surge_v_one_plus_erf(__m512 z) {{
+    const __m512 a = _mm512_abs_ps(z);
+    const __m512 t = _mm512_min_ps(a, {_lane_constant(ONE_PLUS_ERF_CLAMP)});
+{horner(ONE_PLUS_ERF, "t", _lane_fma, _lane_constant, declare="__m512 ")}
+    const __m512 erfc = surge_v_exp2_nonpositive(_mm512_mul_ps(p, a));
+    const __mmask16 upper = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_GE_OQ);
+    const __m512 out = _mm512_mask_blend_ps(upper, erfc, _mm512_sub_ps(surge_v_c(2.0f), erfc));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(z, z, _CMP_UNORD_Q), out, z);
+}}
+"""
 
 
 # The helpers of the vector loops, at the head of a module that has any (after the
@@ -104,56 +147,7 @@ static inline __m512 surge_v_minimum(__m512 a, __m512 b) {
 static inline __m512 surge_v_relu(__m512 a) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_LT_OQ), a, _mm512_setzero_ps());
 }
-// The prelude's surge_exp2f_nonpositive, surge_normal_cdf and surge_one_plus_erf, the same
-// operations in the same order (fma for fma), so lanes equal the scalar results bit for bit.
-static inline __m512 surge_v_c(float c) { return _mm512_set1_ps(c); }
-static inline __m512 surge_v_exp2_nonpositive(__m512 y) {
-    const __m512 yc = _mm512_max_ps(y, surge_v_c(-127.0f));   // NaN lanes: the callers blend them back
-    const __m512 shifted = _mm512_add_ps(yc, surge_v_c(12582912.0f));
-    const __m512i n = _mm512_sub_epi32(_mm512_castps_si512(shifted), _mm512_set1_epi32(0x4B400000));
-    const __m512 r = _mm512_sub_ps(yc, _mm512_sub_ps(shifted, surge_v_c(12582912.0f)));
-    __m512 p = _mm512_fmadd_ps(surge_v_c(1.5394066576845944e-4f), r, surge_v_c(1.3408148661255836e-3f));
-    p = _mm512_fmadd_ps(p, r, surge_v_c(9.618324227631092e-3f));
-    p = _mm512_fmadd_ps(p, r, surge_v_c(5.550302192568779e-2f));
-    p = _mm512_fmadd_ps(p, r, surge_v_c(2.4022647738456726e-1f));
-    p = _mm512_fmadd_ps(p, r, surge_v_c(6.931472420692444e-1f));
-    p = _mm512_fmadd_ps(p, r, surge_v_c(1.0f));
-    const __m512i scale = _mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(p, _mm512_castsi512_ps(scale));
-}
-static inline __m512 surge_v_normal_cdf(__m512 x) {
-    const __m512 a = _mm512_abs_ps(x);
-    const __m512 t = _mm512_min_ps(a, surge_v_c(5.656854249492381f));
-    __m512 p = _mm512_fmadd_ps(t, surge_v_c(1.46184817140238e-07f), surge_v_c(-3.656966100606951e-06f));
-    p = _mm512_fmadd_ps(p, t, surge_v_c(3.613446460803971e-05f));
-    p = _mm512_fmadd_ps(p, t, surge_v_c(-0.00015000700659584254f));
-    p = _mm512_fmadd_ps(p, t, surge_v_c(-0.0002468799357302487f));
-    p = _mm512_fmadd_ps(p, t, surge_v_c(0.007218057289719582f));
-    p = _mm512_fmadd_ps(p, t, surge_v_c(-0.05260145291686058f));
-    p = _mm512_fmadd_ps(p, t, surge_v_c(-0.4591764211654663f));
-    p = _mm512_fmadd_ps(p, t, surge_v_c(-1.1511085033416748f));
-    const __m512 half_erfc = surge_v_exp2_nonpositive(_mm512_fmadd_ps(p, a, surge_v_c(-1.0f)));
-    const __mmask16 upper = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
-    const __m512 out = _mm512_mask_blend_ps(upper, half_erfc, _mm512_sub_ps(surge_v_c(1.0f), half_erfc));
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), out, x);
-}
-static inline __m512 surge_v_one_plus_erf(__m512 z) {
-    const __m512 a = _mm512_abs_ps(z);
-    const __m512 t = _mm512_min_ps(a, surge_v_c(4.0f));
-    __m512 p = _mm512_fmadd_ps(t, surge_v_c(3.307784936623648e-06f), surge_v_c(-5.8511457609711215e-05f));
-    p = _mm512_fmadd_ps(p, t, surge_v_c(0.0004088148125447333f));
-    p = _mm512_fmadd_ps(p, t, surge_v_c(-0.0012000560527667403f));
-    p = _mm512_fmadd_ps(p, t, surge_v_c(-0.0013965638354420662f));
-    p = _mm512_fmadd_ps(p, t, surge_v_c(0.028872229158878326f));
-    p = _mm512_fmadd_ps(p, t, surge_v_c(-0.14877937734127045f));
-    p = _mm512_fmadd_ps(p, t, surge_v_c(-0.9183528423309326f));
-    p = _mm512_fmadd_ps(p, t, surge_v_c(-1.627913236618042f));
-    const __m512 erfc = surge_v_exp2_nonpositive(_mm512_mul_ps(p, a));
-    const __mmask16 upper = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_GE_OQ);
-    const __m512 out = _mm512_mask_blend_ps(upper, erfc, _mm512_sub_ps(surge_v_c(2.0f), erfc));
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(z, z, _CMP_UNORD_Q), out, z);
-}
-#endif
+''' + _GELU_LANES + r'''#endif
 '''
 
 

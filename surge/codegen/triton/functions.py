@@ -35,6 +35,12 @@ from __future__ import annotations
 
 import re
 
+from ..gelu_fits import NORMAL_CDF, NORMAL_CDF_CLAMP, ONE_PLUS_ERF, ONE_PLUS_ERF_CLAMP, horner
+
+def _fma(a: str, b: str, c: str) -> str:
+    return f"tl.fma({a}, {b}, {c})"
+
+
 FUNCTIONS = {
     "_bf16_to_f32": '''
 @triton.jit
@@ -62,34 +68,20 @@ def _erf(x):
     # NaN fails the comparison and takes the near form, which keeps it NaN
     return tl.where(tl.abs(x) >= 1.0, far, near)
 ''',
-    "_one_plus_erf": '''
+    "_one_plus_erf": f'''
 @triton.jit
 def _one_plus_erf(z):
-    t = tl.minimum(tl.abs(z), 4.0, propagate_nan=tl.PropagateNan.ALL)   # NaN stays NaN
-    p = tl.fma(t, 3.307784936623648e-06, -5.8511457609711215e-05)
-    p = tl.fma(p, t, 0.0004088148125447333)
-    p = tl.fma(p, t, -0.0012000560527667403)
-    p = tl.fma(p, t, -0.0013965638354420662)
-    p = tl.fma(p, t, 0.028872229158878326)
-    p = tl.fma(p, t, -0.14877937734127045)
-    p = tl.fma(p, t, -0.9183528423309326)
-    p = tl.fma(p, t, -1.627913236618042)
+    t = tl.minimum(tl.abs(z), {ONE_PLUS_ERF_CLAMP!r}, propagate_nan=tl.PropagateNan.ALL)   # NaN stays NaN
+{horner(ONE_PLUS_ERF, "t", _fma, repr, end="")}
     # times |z| itself: past the clamp erfc keeps falling, to 0 at infinity as eager's 1 + erf
     erfc = tl.exp2(p * tl.abs(z))
     return tl.where(z >= 0, 2.0 - erfc, erfc)
 ''',
-    "_normal_cdf": '''
+    "_normal_cdf": f'''
 @triton.jit
 def _normal_cdf(x):
-    t = tl.minimum(tl.abs(x), 5.656854249492381, propagate_nan=tl.PropagateNan.ALL)
-    p = tl.fma(t, 1.46184817140238e-07, -3.656966100606951e-06)
-    p = tl.fma(p, t, 3.613446460803971e-05)
-    p = tl.fma(p, t, -0.00015000700659584254)
-    p = tl.fma(p, t, -0.0002468799357302487)
-    p = tl.fma(p, t, 0.007218057289719582)
-    p = tl.fma(p, t, -0.05260145291686058)
-    p = tl.fma(p, t, -0.4591764211654663)
-    p = tl.fma(p, t, -1.1511085033416748)
+    t = tl.minimum(tl.abs(x), {NORMAL_CDF_CLAMP!r}, propagate_nan=tl.PropagateNan.ALL)
+{horner(NORMAL_CDF, "t", _fma, repr, end="")}
     half_erfc = tl.exp2(tl.fma(p, tl.abs(x), -1.0))
     return tl.where(x >= 0, 1.0 - half_erfc, half_erfc)
 ''',
