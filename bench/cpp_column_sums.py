@@ -30,6 +30,7 @@ import surge  # noqa: E402
 import surge.backends.cpp as cpp_backend  # noqa: E402
 import surge.codegen.cpp.module as cpp_module  # noqa: E402
 from surge.tools import workloads  # noqa: E402
+from surge.tools.bench import compare  # noqa: E402
 
 DEFAULT = "mlp_train,hf_gpt2_train,hf_llama_train,layernorm_gelu"
 
@@ -161,8 +162,7 @@ def main():
         ref = steps["eager"]()
         for k in ("surge, column kernels", "surge"):
             got = steps[k]()
-            ok = all(torch.allclose(a, b, rtol=1e-3, atol=1e-3) for a, b in zip(ref, got)) \
-                if isinstance(ref, (list, tuple)) else torch.allclose(ref, got, rtol=1e-3, atol=1e-3)
+            ok, _ = compare(got, ref, *inst.tolerance)   # the bench's check: the workload's tolerance
             if not ok:
                 print(f"{name}: {k} MISMATCH against eager")
         times = CallTimes()
