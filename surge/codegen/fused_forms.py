@@ -9,10 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..lowering.values import Constant, Op
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+from .dtypes import compute_dtype
 
 
 # outer op name -> matchers of an ``Op`` node returning (form name, operand values) or None
@@ -51,7 +48,7 @@ def _normal_cdf(v: Op):
             continue
         found = _one_plus_erf(one_plus)
         scaled = found[1][0] if found else None
-        if isinstance(scaled, Op) and scaled.op == "mul" and _compute_dtype(v.dtype) == torch.float32:
+        if isinstance(scaled, Op) and scaled.op == "mul" and compute_dtype(v.dtype) == torch.float32:
             for x, scale in _operand_pairs(scaled):
                 if _is_constant(scale, 0.5 ** 0.5):
                     return "normal_cdf", [x]
@@ -63,6 +60,6 @@ def _one_plus_erf(v: Op):
     """``1 + erf(z)`` in fp32 (GELU's): ``one_plus_erf(z)``."""
     for one, erf in _operand_pairs(v):
         if (_is_constant(one, 1.0) and isinstance(erf, Op) and erf.op == "erf"
-                and _compute_dtype(v.dtype) == _compute_dtype(erf.children[0].dtype) == torch.float32):
+                and compute_dtype(v.dtype) == compute_dtype(erf.children[0].dtype) == torch.float32):
             return "one_plus_erf", [erf.children[0]]
     return None

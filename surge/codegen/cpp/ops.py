@@ -13,6 +13,7 @@ import math
 import torch
 
 from ...registry import rule_registrar
+from ..dtypes import compute_dtype
 
 # storage types of buffers; bools are stored as bytes: GCC does not vectorize loops that
 # load C++ ``bool`` next to floats, and torch's bools are bytes holding 0 or 1
@@ -21,10 +22,6 @@ STORAGE_TYPES = {
     torch.bfloat16: "uint16_t", torch.int64: "int64_t", torch.int32: "int32_t",
     torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "uint8_t",
 }
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def storage_type(dtype: torch.dtype) -> str:

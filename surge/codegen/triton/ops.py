@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from ...registry import rule_registrar
+from ..dtypes import compute_dtype
 
 TRITON_DTYPES = {
     torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
@@ -25,10 +26,6 @@ POINTER_TYPES = {
     torch.int64: "*i64", torch.int32: "*i32", torch.int16: "*i16", torch.int8: "*i8",
     torch.uint8: "*u8", torch.bool: "*i1",
 }
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def triton_dtype(dtype: torch.dtype) -> str:
