@@ -122,7 +122,8 @@ def _min_cut_saved(primals, bw_ancestors, needs_tangent, written, grads):
     for n in region:
         weight = 0.0 if n in primal_set else saving_cost(n, n in written)
         flow.add_edge((n, "in"), (n, "out"), weight)
-        if n in primal_set or not is_recomputable(n):
+        if n in primal_set or not is_recomputable(n) or (
+                not _aliases_input(n) and _materialized_by_backward(n, needs_tangent)):
             flow.add_edge("source", (n, "in"), INF)
         elif not _aliases_input(n) and RECOMPUTE and tensor_bytes(n) < INF:
             flow.add_edge("source", (n, "in"), tensor_bytes(n) * RECOMPUTE)
@@ -138,6 +139,23 @@ def _min_cut_saved(primals, bw_ancestors, needs_tangent, written, grads):
     order = {n: i for i, n in enumerate(region)}
     saved = [n for n in region if (n, "in") in reachable and (n, "out") not in reachable]
     return sorted(saved, key=order.__getitem__)
+
+
+def _materialized_by_backward(node: torch.fx.Node, needs_tangent: set) -> bool:
+    """A backward library call reads ``node`` (or a view of it) from memory.
+
+    Recomputing is cheap only inside a kernel that runs anyway; a value that a
+    backward matmul reads (a Linear's input, for its weight gradient) would be
+    recomputed by a kernel of its own that reads its inputs and writes it again,
+    while the forward stores it anyway when a forward library call reads it too.
+    Such a value is never recomputed: it is saved, or what it is made of is.
+    """
+    for user in node.users:
+        if user in needs_tangent and _reads_operands_from_memory(user):
+            return True
+        if _aliases_input(user) and _materialized_by_backward(user, needs_tangent):
+            return True
+    return False
 
 
 def saving_cost(node: torch.fx.Node, written_anyway: bool) -> float:

@@ -113,18 +113,18 @@ class Lowering:
     def realize(self, t: LazyTensor, layout: Layout | None = None) -> LazyTensor:
         """``t`` computed into a buffer (with ``layout``, default contiguous).
 
-        A value realized twice with the default layout is one buffer: a lazy value that
-        several extern calls take (HF's attention mask, given to every layer's attention)
-        is computed once, not once per call."""
+        A value realized twice in one layout is one buffer: a lazy value that several
+        extern calls take (HF's attention mask, given to every layer's attention) is
+        computed once, not once per call, and a library call's operand that the forward
+        also saves for the backward is stored once."""
         if t.view is not None and layout is None:
             return t
-        if layout is None:
-            found = self._realized.get(id(t))
-            if found is not None and found[0] is t:
-                return found[1]
+        key = (id(t), None if layout is None else _layout_key(layout))
+        found = self._realized.get(key)
+        if found is not None and found[0] is t:
+            return found[1]
         result = self._realize(t, layout or Layout.contiguous(t.shape))
-        if layout is None:
-            self._realized[id(t)] = (t, result)
+        self._realized[key] = (t, result)
         return result
 
     def _realize(self, t: LazyTensor, layout: Layout) -> LazyTensor:
@@ -188,20 +188,25 @@ class Lowering:
         derive from shapes) become constants. A rule that calls an op on arguments of
         other sizes than traced gives the result's meta tensor (``result_meta``).
         """
-        def to_arg(a):
+        def to_arg(a, traced):
             if isinstance(a, LazyTensor):
                 found = matmul_operand_view(target, a)
                 if found is None:
-                    found = (realize_matmul_operand(self, a) if target in MATMUL_OPS else self.realize(a)).view
+                    if target in MATMUL_OPS:
+                        found = realize_matmul_operand(self, a).view
+                    else:
+                        found = self.realize(a, None if a.view is not None else _eager_layout(a, traced)).view
                 name, layout = found
                 own = self.by_name[name].layout
                 same = layout.stride == own.stride and layout.shape == own.shape and layout.offset == own.offset
                 return TensorArg(name, None if same else layout)
             if isinstance(a, (list, tuple)):
-                return type(a)(to_arg(x) for x in a)
+                traced = traced if isinstance(traced, (list, tuple)) and len(traced) == len(a) else [None] * len(a)
+                return type(a)(to_arg(x, t) for x, t in zip(a, traced))
             return a
-        args = tuple(to_arg(a) for a in args)
-        kwargs = {k: to_arg(v) for k, v in kwargs.items()}
+        traced_args, traced_kwargs = self.traced_arguments(target, len(args))
+        args = tuple(to_arg(a, t) for a, t in zip(args, traced_args))
+        kwargs = {k: to_arg(v, traced_kwargs.get(k)) for k, v in kwargs.items()}
         loc = self.location()
         val = result_meta if result_meta is not None else extern_result_meta(
             target, args, kwargs, self.by_name, self.node, self.out_meta)
@@ -233,6 +238,14 @@ class Lowering:
             return tuple(outs)
         raise LoweringError(f"cannot call {target} as an extern op: it returns {type(val).__name__}"
                             + (f"\n  at {loc}" if loc else ""))
+
+    def traced_arguments(self, target, count: int) -> tuple[list, dict]:
+        """The traced values of the arguments of the node being lowered, when ``target``
+        is what it calls (a rule calling some other op gets Nones)."""
+        node = self.node
+        if node is None or node.op != "call_function" or node.target is not target or len(node.args) != count:
+            return [None] * count, {}
+        return torch.fx.node.map_arg((list(node.args), dict(node.kwargs)), meta_value)
 
     @property
     def by_name(self) -> dict:
@@ -342,7 +355,7 @@ class Lowering:
             return t
         probe = t.load([index_symbol("i", k) for k in range(t.ndim)])
         if op_count(probe) > RECOMPUTE_OP_LIMIT or len(loaded_buffers(probe)) > RECOMPUTE_BUFFER_LIMIT:
-            return self.realize(t)
+            return self.realize(t, _eager_layout(t, meta_value(node)))
         return t
 
     def lower_outputs(self, node):
@@ -430,6 +443,22 @@ def _record_origins(result, args, kwargs, op: tuple) -> None:
 
 def _layout_of(val: torch.Tensor) -> Layout:
     return Layout(sym_shape(val.shape), sym_shape(val.stride()), sym(val.storage_offset()))
+
+
+def _layout_key(layout: Layout) -> tuple:
+    return tuple(layout.shape), tuple(layout.stride), layout.offset
+
+
+def _eager_layout(t: LazyTensor, traced) -> Layout | None:
+    """The layout eager gave a library call's operand, when it is dense: eager's
+    pointwise results follow their inputs' strides (a rotary embedding of a
+    transposed query stays [batch, seq, heads, dim] in memory), and a library kernel
+    may read one layout faster than another (an attention kernel reads such a query
+    as rows). None (contiguous) when tracing gave nothing usable."""
+    if not isinstance(traced, torch.Tensor) or not _is_dense(traced) or traced.dtype != t.dtype \
+            or tuple(sym_shape(traced.shape)) != tuple(t.shape):
+        return None
+    return _layout_of(traced)
 
 
 def _is_dense(val: torch.Tensor) -> bool:

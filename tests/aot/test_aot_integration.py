@@ -77,9 +77,10 @@ def test_memory_bench_saves_less_than_eager():
     report = bench.measure(batch=32, width=64, device="cpu", peer=False)
     eager, ours = report["results"]["eager"], report["results"]["surge"]
     # Linear, LayerNorm and GELU each save a batch x width tensor in eager; the
-    # partitioner keeps only the matmul results and recomputes the rest.
+    # partitioner keeps the matmul results and the matmul inputs (GELU's outputs, which
+    # the weight gradients read), and recomputes the rest.
     assert eager["saved_bytes"] >= (3 * 12 - 1) * 32 * 64 * 4   # the first input is not counted
-    assert ours["saved_bytes"] <= 0.5 * eager["saved_bytes"]
+    assert ours["saved_bytes"] <= 0.7 * eager["saved_bytes"]
 
 
 def test_docs_list_core_set_and_known_fallbacks():

@@ -1,9 +1,11 @@
 """Extern ops with several outputs, and the layouts of extern results, on both code generators.
 
 An extern op's result is laid out as the op lays it out for its arguments *as
-realized* (a lazy transposed value is realized contiguous, so a stride-following
-op returns contiguous results where eager's were transposed). The wrappers'
-run-time relayout guard must never fire: each test replaces it with one that fails.
+realized*. A lazy value is realized in the layout eager gave it when that layout is
+dense (a transposed value stays transposed), so results come out as traced; where
+an argument is realized otherwise, a stride-following op returns other strides than
+eager's, and the loop IR must know them. The wrappers' run-time relayout guard must
+never fire: each test replaces it with one that fails.
 """
 import pytest
 import torch
@@ -112,8 +114,8 @@ def test_only_read_elements_become_buffers_and_sizes_constants():
     externs = [b for b in s.graph.buffers if isinstance(b, ExternBuffer)]
     assert [b.output_index for b in externs if b.parent] == [0, 1], "element 2 is never read"
     out = next(b for b in externs if b.output_index == 0)
-    # the op keeps its (contiguous, realized) input's strides; tracing saw a transposed input
-    assert tuple(out.layout.stride) == (4, 1)
+    # the op keeps its input's strides: the input is realized transposed, as eager had it
+    assert tuple(out.layout.stride) == (1, 6)
     # the sizes the op returns are folded into the kernel as constants: no extra extern
     assert len([b for b in externs if b.parent is None]) == 1
 
@@ -125,12 +127,18 @@ def test_traced_layouts_are_kept_when_arguments_are_realized_as_traced():
     assert tuple(values.layout.stride) == (7, 1)
 
 
-def test_extern_result_layout_follows_realized_argument():
-    """Tracing saw sort of a transposed value (strides (1, 5)); the schedule realizes the
-    value contiguous, and sort's results follow it."""
+def test_extern_result_layout_follows_realized_argument(monkeypatch):
+    """Tracing saw sort of a transposed value (strides (1, 7)); with the value realized
+    contiguous instead, sort's results follow the realized value, not tracing."""
+    import surge.lowering.lower as lower
+
     gm = aten_graph(sort_of_transposed_value, randn(5, 7))
     sort_node = next(n for n in gm.graph.nodes if n.target is aten.sort.default)
     assert tuple(sort_node.meta["val"][0].stride()) == (1, 7)
+    s = schedule_of(sort_of_transposed_value, randn(5, 7))
+    children = [b for b in s.graph.buffers if isinstance(b, ExternBuffer) and b.parent]
+    assert [tuple(b.layout.stride) for b in children] == [(1, 7), (1, 7)]   # realized as eager had it
+    monkeypatch.setattr(lower, "_eager_layout", lambda t, traced: None)   # realize contiguous
     s = schedule_of(sort_of_transposed_value, randn(5, 7))
     children = [b for b in s.graph.buffers if isinstance(b, ExternBuffer) and b.parent]
     assert [tuple(b.layout.stride) for b in children] == [(5, 1), (5, 1)]
@@ -152,3 +160,32 @@ def test_a_lazy_value_taken_by_two_extern_calls_is_computed_once():
     graph, _ = lower_graph(aten_graph(two_externs, x), [x])
     computed = [b for b in graph.buffers if isinstance(b, ComputedBuffer)]
     assert len(computed) == 1, [str(b) for b in graph.buffers]
+
+
+def library_call_and_output(x, w):
+    b, t, c = x.shape
+    q = (x @ w).view(b, t, 2, c // 2).transpose(1, 2)
+    q = q * 1.5 + q.flip(-1) * 0.5   # as a rotary embedding: a pointwise value of the transposed query
+    out, _, _, _, _ = torch.ops.surge_extern_test.attention_like(q)
+    return out + 1, q
+
+
+def test_a_library_operand_that_is_also_an_output_is_stored_once_as_eager_lays_it_out(monkeypatch):
+    """A training forward hands the rotated query to attention and saves it for the
+    backward (an output): one store, in eager's layout ([batch, seq, heads, dim] in
+    memory, the rows attention kernels read), not a contiguous copy for the call and
+    another for the output."""
+    from surge.lowering.ir import ComputedBuffer
+
+    inputs = (randn(2, 8, 16), randn(16, 16))
+    s = schedule_of(library_call_and_output, *inputs)
+    call = next(b for b in s.graph.buffers if isinstance(b, ExternBuffer) and "attention_like" in str(b.op))
+    operand = next(b for b in s.graph.buffers if b.name == call.args[0].buffer)
+    assert isinstance(operand, ComputedBuffer) and call.args[0].layout is None
+    assert tuple(operand.layout.stride) == library_call_and_output(*inputs)[1].stride() == (128, 8, 16, 1)
+    assert s.graph.outputs[1].arg.buffer == operand.name, "the output is the operand's buffer"
+    c = compile_fn(library_call_and_output, *inputs)
+    monkeypatch.setattr(c.module, "relayout", _never_relayout)
+    inputs = (randn(2, 8, 16), randn(16, 16))
+    for a, e in zip(c(*inputs), library_call_and_output(*inputs)):
+        torch.testing.assert_close(a, e)
