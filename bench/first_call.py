@@ -1,4 +1,4 @@
-"""Where a fresh process's first call goes: by phase and by import, cold and warm.
+"""Where a fresh process's first call goes, and how much of it is compile time, cold and warm.
 
     python bench/first_call.py --only seed_block_fp32,mlp_train            # surge, quick sizes, CPU
     python bench/first_call.py --contenders surge,torch.compile --backend cpp --threads 1
@@ -6,7 +6,8 @@
 
 For each workload and contender, two fresh processes run the same first call
 (as ``python -m surge bench --fresh-process-compile`` times it: making the
-contender, its ``compile(target)`` and the first call): "cold" with empty caches
+contender, its ``compile(target)`` and the first call; for a training workload
+the call is forward, loss and backward): "cold" with empty caches
 (``SURGE_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR`` in a new
 temporary folder), then "warm" with what the cold run left. Each child runs under
 ``python -X importtime`` and reports:
@@ -16,6 +17,31 @@ temporary folder), then "warm" with what the cold run left. Each child runs unde
   during it, summed by package (``torch._dynamo``, ``sympy``, ``triton``, ...);
 - surge's compile time by phase (capture, aot, lowering, ..., kernel_compile),
   and its graph-cache hits and C++ compiler runs.
+
+The eager baseline: the first call also does the work itself and pays one-time
+start-up that running uncompiled pays as well (on a GPU: the first cuBLAS handle,
+lazy CUDA module loading, the allocator's first blocks). So the contender "eager"
+(the target called as is) runs the same timed span in one fresh process per
+``--repeat`` ("cold" only: eager keeps no cache). It runs by default when the
+summary prints ratios (``--contenders`` has both surge and torch.compile);
+``--eager-baseline`` / ``--no-eager-baseline`` force it on or off.
+
+The summary, one row per workload and compiling contender, each number the
+fastest of the ``--repeat`` runs (the least disturbed on a shared machine):
+
+- ``cold``, ``warm``: the raw timed first call, seconds;
+- ``eager``: eager's timed first call of the same workload, seconds;
+- ``net cold``, ``net warm``: the compile time a user sees, the raw first call
+  minus eager's, floored at ``NET_FLOOR_S`` (1 ms; shown as ``<0.001s``) so that
+  a ratio stays finite when a contender is within noise of eager;
+- on surge's row ``cold 1/a (net 1/b), warm 1/c (net 1/d)``: torch.compile's
+  seconds divided by surge's, raw (a, c) and net (b, d); 1/10 means surge's first
+  call takes a tenth of torch.compile's.
+
+``--json FILE`` writes ``{"runs": [...], "summary": [...]}``: every child's
+result (eager's included, ``contender: "eager"``) and the summary rows with the
+same numbers as fields (``cold_s``, ``warm_s``, ``eager_s``, ``net_cold_s``,
+``net_warm_s``, and on surge's row the four ratios); absent numbers are null.
 """
 from __future__ import annotations
 
@@ -30,6 +56,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEGIN, END = "@@first-call-begin@@", "@@first-call-end@@"
 CACHE_VARS = ("SURGE_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+NET_FLOOR_S = 0.001   # net compile time never shown below this: keeps ratios finite
+COMPILING = ("surge", "torch.compile")
 
 
 def child(args) -> None:
@@ -123,42 +151,111 @@ def report(workload: str, contender: str, run: str, r: dict) -> str:
     top = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in imports[:6] if v >= 0.005)
     phases = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in r["phases_s"].items() if v >= 0.0005)
     counters = ", ".join(f"{k}={v}" for k, v in r["counters"].items() if v) if contender == "surge" else ""
-    return (f"{workload:16} {contender:13} {run:4}  first call {r['first_call_s']:6.2f}s"
+    return (f"{workload:16} {contender:13} {run:4}  first call {r['first_call_s']:7.3f}s"
             f"  (import torch {r['import_torch_s']:.2f}s, surge {r['import_surge_s'] * 1e3:.0f}ms before it)\n"
             f"{'':36}imports inside {total_imports * 1e3:5.0f}ms: {top or '-'}\n"
             + (f"{'':36}phases ms: {phases or '-'}   {counters}\n" if contender == "surge" else ""))
 
 
-def summary(results: list) -> str:
-    """The fastest cold and warm first call per workload and contender, and surge's ratios."""
+def fastest(results: list) -> dict:
+    """(workload, contender, run) -> the fastest first call among the repeats."""
     best: dict = {}
     for r in results:
         key = (r["workload"], r["contender"], r["run"])
         best[key] = min(best.get(key, float("inf")), r["first_call_s"])
-    lines = ["", f"{'workload':16} {'contender':13} {'cold':>7} {'warm':>7}   surge / torch.compile"]
+    return best
+
+
+def net_seconds(first_call_s: float | None, eager_s: float | None) -> float | None:
+    """What a first call costs beyond eager's first call: its compile time (None without both)."""
+    if first_call_s is None or eager_s is None:
+        return None
+    return max(first_call_s - eager_s, NET_FLOOR_S)
+
+
+def summary_rows(results: list) -> list[dict]:
+    """Per workload and compiling contender: raw and net first calls, and surge's ratios.
+
+    Eager is a column (the baseline), not a row, unless it is the only contender.
+    A ratio is torch.compile's seconds over surge's, raw and net, cold and warm."""
+    best = fastest(results)
+    contenders = list(dict.fromkeys(r["contender"] for r in results))
+    shown = [c for c in contenders if c != "eager"] or ["eager"]
+    rows = []
     for workload in dict.fromkeys(r["workload"] for r in results):
-        for contender in dict.fromkeys(r["contender"] for r in results):
+        eager = best.get((workload, "eager", "cold"))
+        for contender in shown:
             cold, warm = best.get((workload, contender, "cold")), best.get((workload, contender, "warm"))
-            ratio = ""
-            tc = (best.get((workload, "torch.compile", "cold")), best.get((workload, "torch.compile", "warm")))
-            if contender == "surge" and None not in tc:
-                ratio = f"cold 1/{tc[0] / cold:.1f}, warm 1/{tc[1] / warm:.1f}"
-            lines.append(f"{workload:16} {contender:13} {cold:6.2f}s {warm:6.2f}s   {ratio}")
+            baseline = eager if contender != "eager" else None
+            rows.append(dict(workload=workload, contender=contender, cold_s=cold, warm_s=warm, eager_s=eager,
+                             net_cold_s=net_seconds(cold, baseline), net_warm_s=net_seconds(warm, baseline)))
+    by_key = {(row["workload"], row["contender"]): row for row in rows}
+    for row in rows:
+        peer = by_key.get((row["workload"], "torch.compile"))
+        if row["contender"] == "surge" and peer is not None:
+            for run in ("cold", "warm", "net_cold", "net_warm"):
+                ours, theirs = row[f"{run}_s"], peer[f"{run}_s"]
+                row[f"ratio_{run}"] = None if ours is None or theirs is None else theirs / ours
+    return rows
+
+
+def seconds_text(seconds: float | None, net: bool = False) -> str:
+    if seconds is None:
+        return "-"
+    if net and seconds <= NET_FLOOR_S:
+        return f"<{NET_FLOOR_S:.3f}s"
+    return f"{seconds:.3f}s"
+
+
+def ratio_text(row: dict) -> str:
+    """``cold 1/2.9 (net 1/3.4), warm 1/8.9 (net 1/21)`` for surge's row, else empty."""
+    def one_over(x: float) -> str:
+        return f"1/{x:.0f}" if x >= 10 else f"1/{x:.1f}"
+    parts = []
+    for run in ("cold", "warm"):
+        raw, net = row.get(f"ratio_{run}"), row.get(f"ratio_net_{run}")
+        if raw is not None:
+            parts.append(f"{run} {one_over(raw)}" + (f" (net {one_over(net)})" if net is not None else ""))
+    return ", ".join(parts)
+
+
+def summary(results: list) -> str:
+    """The summary table (see the module docstring for what each number is)."""
+    lines = ["", f"net = first call - eager's first call, floored at {NET_FLOOR_S * 1e3:.0f} ms;"
+                 " surge / torch.compile = torch.compile's seconds over surge's, raw (net)",
+             f"{'workload':16} {'contender':13} {'cold':>8} {'warm':>8} {'eager':>8} {'net cold':>8}"
+             f" {'net warm':>8}   surge / torch.compile"]
+    for row in summary_rows(results):
+        lines.append(f"{row['workload']:16} {row['contender']:13} {seconds_text(row['cold_s']):>8}"
+                     f" {seconds_text(row['warm_s']):>8} {seconds_text(row['eager_s']):>8}"
+                     f" {seconds_text(row['net_cold_s'], net=True):>8} {seconds_text(row['net_warm_s'], net=True):>8}"
+                     f"   {ratio_text(row)}".rstrip())
     return "\n".join(lines)
+
+
+def wants_eager_baseline(contenders: list[str], flag: bool | None) -> bool:
+    """Eager runs unless told otherwise when the summary prints ratios (surge and torch.compile)."""
+    if flag is not None:
+        return flag
+    return all(c in contenders for c in COMPILING)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default="seed_block_fp32,layernorm_gelu,mlp_train,gpt_bundled")
-    p.add_argument("--contenders", default="surge")
+    p.add_argument("--contenders", default="surge", help="comma-separated: surge, torch.compile, eager")
+    p.add_argument("--eager-baseline", action=argparse.BooleanOptionalAction, default=None,
+                   help="also time eager's first call in a fresh process (one per --repeat, cold only) and "
+                        "show each contender's net compile time = first call - eager's; on by default when "
+                        "--contenders has both surge and torch.compile (the summary prints ratios)")
     p.add_argument("--backend", default=None, help="surge backend (default: surge's default)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--full", action="store_true", help="full sizes (default: the bench's --quick sizes)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeat", type=int, default=1,
-                   help="cold+warm pairs per workload and contender; the summary takes the fastest "
-                        "(the least disturbed on a shared machine)")
-    p.add_argument("--json", metavar="FILE")
+                   help="runs per workload and contender (a cold+warm pair; eager: one cold run); the summary "
+                        "takes the fastest (the least disturbed on a shared machine)")
+    p.add_argument("--json", metavar="FILE", help='write {"runs": [every child\'s result], "summary": [the table\'s rows]}')
     p.add_argument("--profile", metavar="PREFIX",
                    help="write each child's cProfile of the timed span to PREFIX.<workload>.<contender>.<run>.txt "
                         "(top functions) and .prof (the whole profile)")
@@ -170,22 +267,25 @@ def main(argv=None) -> int:
     if args.child:
         child(args)
         return 0
+    contenders = args.contenders.split(",")
+    if wants_eager_baseline(contenders, args.eager_baseline) and "eager" not in contenders:
+        contenders.insert(0, "eager")
     results = []
     for workload in args.only.split(","):
         for _ in range(args.repeat):
-            for contender in args.contenders.split(","):
+            for contender in contenders:
                 with tempfile.TemporaryDirectory(prefix="surge-first-call-") as root:
                     env = dict(os.environ,
                                PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
                     env.update({var: os.path.join(root, var.lower()) for var in CACHE_VARS})
-                    for run in ("cold", "warm"):
+                    for run in ("cold",) if contender == "eager" else ("cold", "warm"):  # eager keeps no cache
                         r = run_child(args, workload, contender, run, env)
                         print(report(workload, contender, run, r), end="", flush=True)
                         results.append(dict(r, workload=workload, contender=contender, run=run))
     print(summary(results))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+            json.dump({"runs": results, "summary": summary_rows(results)}, f, indent=1)
     return 0
 
 
