@@ -130,7 +130,62 @@ def fuse(graph: LoopGraph) -> list:
         best.nodes.append(buf)
         group_reads[best.index] |= reads
         producer_step[buf.name] = best.index
+    merge_groups(steps, producer_step)
     return steps
+
+
+def merge_groups(steps: list, producer_step: dict) -> None:
+    """Move a group into a later one it shares data with, when nothing between reads it.
+
+    The pass above puts a buffer that shares nothing with the groups so far into a
+    group of its own. A later buffer may then read from two groups over the same
+    rows: in a LayerNorm backward, ``sum(dy * w)`` starts a group, ``xhat`` (which
+    reads x and the statistics, nothing of that group) starts another, and
+    ``sum(dy * w * xhat)`` joins xhat's; without this, two kernels read ``dy``.
+    Each group is tried against the later groups that read what it reads or
+    computes, nearest first; its members go to the front of the one they fit.
+    """
+    groups = [s for s in steps if isinstance(s, KernelGroup)]
+    readers: dict[str, list] = {}     # buffer name -> later groups reading it, in order
+    for g in groups:
+        for name in set().union(*(read_buffers(n) for n in g.nodes)):
+            readers.setdefault(name, []).append(g)
+    step_reads = [read_buffers(s.buffer) if isinstance(s, ExternStep) else
+                  set().union(*(read_buffers(n) for n in s.nodes)) for s in steps]
+    for a in groups:
+        if not a.nodes:
+            continue
+        names = {n.name for n in a.nodes}
+        shared = names | set().union(*(read_buffers(n) for n in a.nodes))
+        candidates = sorted({g.index: g for name in shared for g in readers.get(name, ())
+                             if g.index > a.index and g.nodes}.items())
+        for _, g in candidates:
+            if any(step_reads[k] & names for k in range(a.index + 1, g.index)):
+                break   # read before g runs: a cannot move past that step
+            merged = _merged(a, g, producer_step)
+            if merged is None:
+                continue
+            for n in a.nodes:
+                producer_step[n.name] = g.index
+            g.nodes, (g.x_ranges, g.r_ranges) = merged
+            step_reads[g.index] |= step_reads[a.index]
+            a.nodes = []
+            break
+
+
+def _merged(a: KernelGroup, g: KernelGroup, producer_step: dict):
+    """(nodes, (x_ranges, r_ranges)) of ``a``'s members followed by ``g``'s in one group
+    at ``g``'s place, or None when one of them does not fit there."""
+    trial = KernelGroup(g.index, a.x_ranges, a.r_ranges, list(a.nodes))
+    steps = dict(producer_step)
+    for n in a.nodes:
+        steps[n.name] = g.index
+    for node in g.nodes:
+        if not _fits(trial, node, steps):
+            return None
+        trial.x_ranges, trial.r_ranges = _join_space(trial, node)
+        trial.nodes.append(node)
+    return trial.nodes, (trial.x_ranges, trial.r_ranges)
 
 
 def consumers(graph: LoopGraph, steps: list) -> dict:
