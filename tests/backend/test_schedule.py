@@ -89,3 +89,35 @@ def test_schedule_prints_groups():
     text = str(s)
     assert "kernel fused_" in text and "reduction" in text and "memory plan" in text
     assert all(isinstance(k, KernelGroup) for k in s.kernels)
+
+
+def _layer_norm_backward(dy, w, x, res, mean, var):
+    # the order a LayerNorm backward comes in: sum(dy * w) first, then xhat, which reads
+    # nothing that sum reads, then the sum that needs both
+    a = (dy * w).sum(-1, keepdim=True)
+    xhat = (x + res - mean / 64) * torch.rsqrt(var + 1e-5)
+    b = (dy * w * xhat).sum(-1, keepdim=True)
+    return (dy * w * 64 - a - xhat * b) * torch.rsqrt(var + 1e-5), (dy * xhat).sum(0)
+
+
+def test_a_group_moves_into_a_later_one_that_reads_what_it_reads():
+    args = (randn(32, 64), randn(64), randn(32, 64), randn(32, 64), randn(32, 1), torch.rand(32, 1))
+    s = schedule_of(_layer_norm_backward, *args)
+    row_kernels = [k for k in s.kernels if k.x_ranges == (32,)]
+    assert len(row_kernels) == 1, str(s)   # one pass over dy for both row sums
+    assert sum(n.is_reduction for n in row_kernels[0].nodes) == 2
+    c = compile_fn(_layer_norm_backward, *args)
+    args = (randn(32, 64), randn(64), randn(32, 64), randn(32, 64), randn(32, 1), torch.rand(32, 1))
+    assert_matches_eager(_layer_norm_backward, c, *args, atol=1e-4, rtol=1e-4)
+
+
+def test_a_group_does_not_move_past_a_step_that_reads_it():
+    def fn(x, w):
+        a = (x * w).sum(-1, keepdim=True)     # read by the matmul before the later group
+        m = a.expand(8, 8) @ w.view(8, 1).expand(8, 8)
+        return (x * w + m).sum(-1)
+    s = schedule_of(fn, randn(8, 8), randn(8))
+    first = next(k for k in s.kernels if any(n.is_reduction for n in k.nodes))
+    assert s.steps.index(first) < next(i for i, st in enumerate(s.steps) if st in s.externs)
+    c = compile_fn(fn, randn(8, 8), randn(8))
+    assert_matches_eager(fn, c, randn(8, 8), randn(8))
