@@ -192,13 +192,17 @@ class _DtypeName:
 
 def _check_pointer_types(kernel, arg_dtypes) -> None:
     pointers = [t for t in kernel.src.signature.values() if isinstance(t, str) and t.startswith("*")]
-    if [p.lstrip("*k") for p in pointers] != [_TRITON_DTYPES.get(d) for d in arg_dtypes]:
+    found = [p.lstrip("*k") for p in pointers]
+    if len(found) != len(arg_dtypes) or any(
+            f not in _TRITON_DTYPES.get(d, ()) for f, d in zip(found, arg_dtypes)):
         raise RuntimeError(f"pointer types {pointers} do not match the launch's {arg_dtypes}")
 
 
-# torch dtype name -> Triton's type name, for the pointer arguments surge generates.
-_TRITON_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "int8": "i8",
-                  "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "bool": "i1"}
+# torch dtype name -> Triton's type names, for the pointer arguments surge generates
+# (a bool pointer is ``*i1`` up to Triton 3.7 and ``*u1`` from 3.9).
+_TRITON_DTYPES = {"float32": ("fp32",), "float16": ("fp16",), "bfloat16": ("bf16",), "float64": ("fp64",),
+                  "int8": ("i8",), "int16": ("i16",), "int32": ("i32",), "int64": ("i64",), "uint8": ("u8",),
+                  "bool": ("i1", "u1")}
 
 
 def _warm_up(target: tuple) -> None:

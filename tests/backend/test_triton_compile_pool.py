@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 from .helpers import compile_fn, randn
 from .structure_programs import layer_norm_gelu, pointwise_chain, softmax
@@ -82,6 +83,11 @@ PROGRAM = textwrap.dedent("""
         tensors = [torch.empty(64, dtype=getattr(torch, d)) for d in job.arg_dtypes]
         with compile_pool.target_driver(job.target):
             out["same_kernel"] = fn.warmup(*tensors, *job.sizes, grid=(1,), **job.config) is kernel
+    elif mode == "all_in_a_worker":
+        worker = compile_pool._Worker()
+        out["ready"] = worker.ready()
+        out["errors"] = [worker.run(job)[0] for job in jobs]
+        worker.close()
     elif mode == "pool":
         compile_pool.start_workers(len(jobs))
         ran = compile_pool.prepare(jobs)
@@ -234,3 +240,17 @@ def test_launchers_of_kernels_compiled_here_are_built_beside_the_next_compile(mo
     assert sorted(k for k, _ in built) == compiled, "every launcher was built before finish_pending returned"
     assert threading.get_ident() not in {t for _, t in built}
     assert pool.totals["in_process"] == 3 and pool.launcher_builds == []
+
+
+def _bool_pointers(x, mask):
+    return (x > 0) & mask.logical_not(), torch.where(mask, x, 0.0).sum(-1)
+
+
+def test_kernels_with_bool_pointers_compile_in_a_worker(tmp_path):
+    """A bool pointer is ``*i1`` to some Tritons and ``*u1`` to others: a worker's check of
+    what it compiled against the launch's dtypes must take both (else each such kernel
+    was reported failed and compiled again at its launch)."""
+    paths = [compile_fn(_bool_pointers, randn(6, 33), randn(6, 33) > 0).path]
+    out = _run(tmp_path, "all_in_a_worker", paths)
+    assert out["ready"] and out["call_sites"] >= 1
+    assert out["errors"] == [None] * out["call_sites"], out["errors"]
