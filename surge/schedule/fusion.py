@@ -15,6 +15,8 @@ come from this one rule. Nothing is recomputed: each member is computed once.
 """
 from __future__ import annotations
 
+import collections
+
 from ..lowering.ir import ComputedBuffer, ExternBuffer, LoopGraph, TensorArg
 from ..lowering.sizes import product
 from ..lowering.values import loads_of
@@ -156,12 +158,12 @@ def merge_groups(steps: list, producer_step: dict) -> None:
         if not a.nodes:
             continue
         names = {n.name for n in a.nodes}
-        shared = names | set().union(*(read_buffers(n) for n in a.nodes))
+        shared = names | step_reads[a.index]
         candidates = sorted({g.index: g for name in shared for g in readers.get(name, ())
                              if g.index > a.index and g.nodes}.items())
         for _, g in candidates:
-            if any(step_reads[k] & names for k in range(a.index + 1, g.index)):
-                break   # read before g runs: a cannot move past that step
+            if any(step_reads[k] & (shared if _mutates(steps[k]) else names) for k in range(a.index + 1, g.index)):
+                break   # a step before g reads a's results, or writes what a reads
             merged = _merged(a, g, producer_step)
             if merged is None:
                 continue
@@ -173,13 +175,17 @@ def merge_groups(steps: list, producer_step: dict) -> None:
             break
 
 
+def _mutates(step) -> bool:
+    """An extern call that writes into one of its arguments (a copy into a mutated input)."""
+    schema = getattr(step.buffer.op, "_schema", None) if isinstance(step, ExternStep) else None
+    return schema is not None and schema.is_mutable
+
+
 def _merged(a: KernelGroup, g: KernelGroup, producer_step: dict):
     """(nodes, (x_ranges, r_ranges)) of ``a``'s members followed by ``g``'s in one group
     at ``g``'s place, or None when one of them does not fit there."""
     trial = KernelGroup(g.index, a.x_ranges, a.r_ranges, list(a.nodes))
-    steps = dict(producer_step)
-    for n in a.nodes:
-        steps[n.name] = g.index
+    steps = collections.ChainMap({n.name: g.index for n in a.nodes}, producer_step)
     for node in g.nodes:
         if not _fits(trial, node, steps):
             return None

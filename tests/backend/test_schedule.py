@@ -121,3 +121,26 @@ def test_a_group_does_not_move_past_a_step_that_reads_it():
     assert s.steps.index(first) < next(i for i, st in enumerate(s.steps) if st in s.externs)
     c = compile_fn(fn, randn(8, 8), randn(8))
     assert_matches_eager(fn, c, randn(8, 8), randn(8))
+
+
+def test_a_group_does_not_move_past_a_write_into_what_it_reads():
+    from surge.lowering.ir import ExternBuffer
+    from surge.schedule.fusion import _mutates
+    from surge.schedule.groups import ExternStep
+
+    copy = ExternBuffer("buf9", None, torch.float32, torch.device("cpu"), op=torch.ops.aten.copy_.default)
+    matmul = ExternBuffer("buf8", None, torch.float32, torch.device("cpu"), op=torch.ops.aten.mm.default)
+    assert _mutates(ExternStep(0, copy)) and not _mutates(ExternStep(1, matmul))
+
+    def fn(x, y):
+        a = (x * y).sum(-1, keepdim=True)
+        x.mul_(2)                             # a copy into the input x, before the group below
+        return a, (x * y + a).sum(-1)
+    c = compile_fn(fn, randn(8, 8), randn(8, 8))
+    x, y = randn(8, 8), randn(8, 8)
+    expected = fn(x.clone(), y)
+    x2 = x.clone()
+    actual = c(x2, y)
+    for got, want in zip(actual, expected):
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(x2, x * 2)
