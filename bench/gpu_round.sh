@@ -3,8 +3,9 @@
 #
 #   bash bench/gpu_round.sh [OUT_DIR]      (OUT_DIR default: ./gpu_round)
 #   STEPS=first,train bash bench/gpu_round.sh   (a subset: tests, first, train; all three
-#                                                take ~12 minutes on an H200 host; first_all,
-#                                                not a default, times every workload's first call)
+#                                                take ~12 minutes on an H200 host; not defaults:
+#                                                first_all times every workload's first call
+#                                                (~9 minutes), suite runs the whole bench (~5))
 #
 # 1. Compiles the bytecode of torch, sympy, triton and surge first: on a machine whose
 #    Python environment has no compiled bytecode, every fresh process compiles sympy's
@@ -37,6 +38,11 @@ fi
 if [[ $steps == *,first_all,* ]]; then   # every workload (~6 minutes): the per-workload ratios
     python3 bench/first_call.py --device cuda --full --contenders surge,torch.compile > "$out/first_call_all.txt" 2>&1
     echo "== first calls, every workload"; sed -n '/^workload /,$p' "$out/first_call_all.txt"
+fi
+
+if [[ $steps == *,suite,* ]]; then     # every workload, eager / torch.compile / surge (~5 minutes)
+    python3 -m surge bench --no-fresh-process-compile --no-overhead > "$out/suite.txt" 2>&1
+    echo "== suite"; grep -E "^ +surge|geometric" "$out/suite.txt"
 fi
 
 if [[ $steps == *,train,* ]]; then
