@@ -35,6 +35,10 @@ def test_pointwise_block_follows_cost_and_size():
     assert (heavy["XBLOCK"], heavy["num_warps"]) == (2048, 8)
     small = autotune.pointwise_default(64 * 1024)
     assert small["XBLOCK"] == 256 and small["num_warps"] == 1   # 256 programs, not 64
+    # compute-bound and small: the block shrinks, the warps stay (one element per thread)
+    small_heavy = autotune.pointwise_default(64 * 1024, costly_ops=30)
+    assert (small_heavy["XBLOCK"], small_heavy["num_warps"]) == (256, 8)
+    assert autotune.pointwise_default(100, costly_ops=30) == dict(XBLOCK=128, num_warps=4, num_stages=1)
     assert autotune.pointwise_default(100)["XBLOCK"] == 128
 
 
