@@ -200,13 +200,15 @@ def explain_counts(instance, target, inputs):
     return report.graph_count, report.graph_break_count
 
 
-def run_contender(cfg: BenchConfig, instance, name: str, expected, inputs, check_inputs,
-                  reference=None) -> ContenderResult:
+def prepare_contender(cfg: BenchConfig, instance, name: str, expected, inputs, check_inputs,
+                      reference=None) -> tuple[ContenderResult, object]:
+    """Compile ``name``'s copy of the workload, time its first call, check it against eager;
+    returns the result so far and the step to time (None when it failed)."""
     result = ContenderResult()
     try:
         contender = make_contender(name, cfg.surge_backend)
     except NotAvailable as e:
-        return ContenderResult(status="not available", message=str(e))
+        return ContenderResult(status="not available", message=str(e)), None
     try:
         target = instance.fresh_target()
         # The tiny-size run only measures overhead: no need to explain it again.
@@ -225,16 +227,53 @@ def run_contender(cfg: BenchConfig, instance, name: str, expected, inputs, check
             if not ok:
                 result.status = "wrong"
                 result.message = f"differs from eager: max abs error {result.max_abs_error:.3g}"
-        result.median_s = timing.median_time(step, cfg.device, budget_s=cfg.budget_s)
-        result.peak_memory_bytes = timing.peak_memory(step, cfg.device)
+        return result, step
+    except Exception as e:  # one contender failing must not stop the bench
+        _failed(result, e)
+        return result, None
+
+
+def _failed(result: ContenderResult, e: BaseException) -> None:
+    if os.environ.get("SURGE_BENCH_TRACEBACK"):
+        traceback.print_exc()
+    result.status = "error"
+    result.message = short_error(e)
+
+
+def run_contenders(cfg: BenchConfig, instance, expected, inputs, check_inputs,
+                   reference=None) -> dict[str, ContenderResult]:
+    """Every contender compiled and checked, then timed in interleaved rounds
+    (``timing.interleaved_medians``), then its peak memory measured alone."""
+    results, steps = {}, {}
+    for name in cfg.contenders:
+        results[name], step = prepare_contender(
+            cfg, instance, name, None if name == "eager" else expected, inputs, check_inputs, reference)
+        if step is not None:
+            steps[name] = step
+    try:
+        medians = timing.interleaved_medians(steps, cfg.device, budget_s=cfg.budget_s)
+    except Exception:   # a step that ran once and then failed: time each alone to tell which
+        medians = {}
+        for name, step in list(steps.items()):
+            try:
+                medians[name] = timing.median_time(step, cfg.device, budget_s=cfg.budget_s)
+            except Exception as error:
+                _failed(results[name], error)
+                del steps[name]
+    for name, step in steps.items():
+        result = results[name]
+        result.median_s = medians.get(name)
+        try:
+            result.peak_memory_bytes = timing.peak_memory(step, cfg.device)
+        except Exception as e:
+            _failed(result, e)
         if instance.bytes_moved and result.median_s:
             result.bandwidth_Bps = instance.bytes_moved / result.median_s
-    except Exception as e:  # one contender failing must not stop the bench
-        if os.environ.get("SURGE_BENCH_TRACEBACK"):
-            traceback.print_exc()
-        result.status = "error"
-        result.message = short_error(e)
-    return result
+    steps.clear()
+    gc.collect()
+    if cfg.device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return results
 
 
 def run_workload(cfg: BenchConfig, name: str) -> WorkloadResult:
@@ -243,15 +282,7 @@ def run_workload(cfg: BenchConfig, name: str) -> WorkloadResult:
     eager_target = instance.fresh_target()
     expected = instance.run(eager_target, eager_target, check_inputs)
     reference = float32_reference(instance, check_inputs)
-    results: dict[str, ContenderResult] = {}
-    for contender in cfg.contenders:
-        results[contender] = run_contender(
-            cfg, instance, contender, None if contender == "eager" else expected, inputs, check_inputs,
-            reference,
-        )
-        gc.collect()
-        if cfg.device.startswith("cuda"):
-            torch.cuda.empty_cache()
+    results = run_contenders(cfg, instance, expected, inputs, check_inputs, reference)
     wr = WorkloadResult(
         name, workloads.DESCRIPTIONS[name], instance.sizes, str(instance.dtype).replace("torch.", ""),
         instance.training, instance.bytes_moved, results,
@@ -270,7 +301,7 @@ def measure_overhead(cfg: BenchConfig, name: str, wr: WorkloadResult) -> None:
     tiny_cfg = dataclasses.replace(cfg, scale="tiny", budget_s=min(cfg.budget_s, 0.5))
     instance = workloads.build(name, cfg.device, "tiny")
     inputs = instance.make_inputs(0)
-    tiny = {c: run_contender(tiny_cfg, instance, c, None, inputs, inputs) for c in cfg.contenders}
+    tiny = run_contenders(tiny_cfg, instance, None, inputs, inputs)
     eager = tiny.get("eager")
     for contender, result in wr.results.items():
         measured = tiny.get(contender)

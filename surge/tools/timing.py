@@ -28,18 +28,46 @@ def median_time(step: Callable[[], object], device: str, *, warmup: int = 3, min
     deadline = time.perf_counter() + budget_s
     cuda = device.startswith("cuda")
     while len(times) < max_reps and (len(times) < min_reps or time.perf_counter() < deadline):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - t0)
+        times.append(_timed_call(step, cuda))
     return statistics.median(times)
+
+
+def _timed_call(step: Callable[[], object], cuda: bool) -> float:
+    if cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+    t0 = time.perf_counter()
+    step()
+    return time.perf_counter() - t0
+
+
+def interleaved_medians(steps: dict[str, Callable[[], object]], device: str, *, warmup: int = 3,
+                        min_reps: int = 5, max_reps: int = 200, budget_s: float = 1.0) -> dict[str, float]:
+    """Median seconds of each step, timed in rounds that call every step once.
+
+    Calls alternate between the contenders (the first of a round rotates), so a
+    clock, thermal or background-load drift during the measurement weighs on all of
+    them alike instead of on whoever ran last. Each call is timed alone, as in
+    ``median_time``; the rounds go on until ``budget_s`` per step is spent."""
+    names = list(steps)
+    for name in names:
+        for _ in range(warmup):
+            steps[name]()
+    synchronize(device)
+    times: dict[str, list] = {name: [] for name in names}
+    deadline = time.perf_counter() + budget_s * len(names)
+    cuda = device.startswith("cuda")
+    rounds = 0
+    while rounds < max_reps and (rounds < min_reps or time.perf_counter() < deadline):
+        shift = rounds % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(_timed_call(steps[name], cuda))
+        rounds += 1
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def timed_once(step: Callable[[], object], device: str) -> tuple[float, object]:

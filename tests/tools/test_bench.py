@@ -107,3 +107,34 @@ def test_quick_bench_on_cuda():
     for wr in run["workloads"]:
         assert wr.results["surge"].status == "ok"
         assert wr.results["surge"].peak_memory_bytes is not None
+
+
+def test_contenders_are_timed_in_interleaved_rounds():
+    from surge.tools import timing
+
+    calls = []
+    steps = {name: (lambda name=name: calls.append(name)) for name in ("eager", "torch.compile", "surge")}
+    medians = timing.interleaved_medians(steps, "cpu", warmup=1, min_reps=4, max_reps=4, budget_s=0.0)
+    assert set(medians) == set(steps) and all(m >= 0 for m in medians.values())
+    timed = calls[3:]                                   # after one warm-up call each
+    rounds = [timed[k:k + 3] for k in range(0, len(timed), 3)]
+    assert len(rounds) == 4 and all(sorted(r) == sorted(steps) for r in rounds)   # each once a round
+    assert [r[0] for r in rounds] == ["eager", "torch.compile", "surge", "eager"]   # the first rotates
+
+
+def test_a_contender_failing_while_timed_does_not_stop_the_others(monkeypatch):
+    cfg = quick_config(contenders=("eager", "surge"))
+    instance = workloads.build("softmax", "cpu", "quick")
+    inputs = instance.make_inputs(0)
+    real = bench.prepare_contender
+
+    def flaky(cfg, instance, name, *args, **kwargs):
+        result, step = real(cfg, instance, name, *args, **kwargs)
+        if name == "surge":
+            def step():
+                raise RuntimeError("failed on a later call")
+        return result, step
+    monkeypatch.setattr(bench, "prepare_contender", flaky)
+    results = bench.run_contenders(cfg, instance, None, inputs, inputs)
+    assert results["eager"].status == "ok" and results["eager"].median_s > 0
+    assert results["surge"].status == "error" and "later call" in results["surge"].message
