@@ -31,13 +31,47 @@ def _wrapped(v, size):
                         Op("add", [v, size_c], torch.int64), v], torch.int64)
 
 
+def _affine_index(v) -> sympy.Expr | None:
+    """The index expression ``v`` computes when it is integer arithmetic on loop indices
+    (an ``arange`` used as an index: HF's positions and causal masks), else None."""
+    if isinstance(v, IndexValue):
+        return v.expr
+    if isinstance(v, Constant) and not isinstance(v.value, (bool, float)):
+        return sympy.Integer(int(v.value))
+    if not isinstance(v, Op) or v.dtype not in (torch.int64, torch.int32):
+        return None
+    args = [_affine_index(c) for c in v.children]
+    if any(a is None for a in args):
+        return None
+    if v.op == "cast" and v.children[0].dtype in (torch.int64, torch.int32):
+        return args[0]
+    if v.op == "add":
+        return args[0] + args[1]
+    if v.op == "mul" and any(a.is_Integer for a in args):
+        return args[0] * args[1]
+    return None
+
+
+def _nonnegative(expr: sympy.Expr) -> bool:
+    """Never negative for any loop index (loop index symbols are declared nonnegative)."""
+    return bool(expr.is_nonnegative)
+
+
 def gather_load(ctx, base: LazyTensor, per_dim) -> object:
-    """Load ``base`` at ``per_dim``: each entry a sympy index or a Value (an indirect index)."""
+    """Load ``base`` at ``per_dim``: each entry a sympy index or a Value (an indirect index).
+
+    An index value that is integer arithmetic on loop indices, never negative, is put
+    into the load's index as it is: an affine load the code generators vectorize,
+    where a gather would compute the index per element in int64 and load it alone."""
     if base.view is None:
         base = ctx.realize(base)
     name, layout = base.view
     index, bindings = [], []
     for d, entry in enumerate(per_dim):
+        if not isinstance(entry, sympy.Basic):
+            affine = _affine_index(entry)
+            if affine is not None and _nonnegative(affine):
+                entry = affine
         if isinstance(entry, sympy.Basic):
             index.append(entry)
             continue

@@ -123,3 +123,32 @@ def test_unsupported_graph_input_names_the_problem():
     gm = aten_graph(lambda x: x + 1, randn(3))
     with pytest.raises(LoweringError, match="non-tensor graph input"):
         lower_graph(gm, [3])
+
+
+def _gathers(fn, *inputs):
+    """(indirect loads, direct loads) of the lowered graph's buffers."""
+    from surge.lowering.ir import ComputedBuffer
+    from surge.lowering.values import Load, walk
+
+    graph, _ = lower_graph(aten_graph(fn, *inputs), list(inputs))
+    loads = [v for b in graph.buffers if isinstance(b, ComputedBuffer) for v in walk(b.value) if isinstance(v, Load)]
+    return sum(1 for ld in loads if ld.indirect), sum(1 for ld in loads if not ld.indirect)
+
+
+def test_an_index_made_of_loop_indices_is_an_affine_load_not_a_gather():
+    # HF's causal masks index positions with aranges: positions[b, kv] <= positions[b, q]
+    def causal(positions):
+        b = torch.arange(positions.shape[0], device=positions.device)[:, None, None]
+        q = torch.arange(positions.shape[1], device=positions.device)[None, :, None]
+        kv = torch.arange(positions.shape[1], device=positions.device)[None, None, :]
+        return torch.where(positions[b, kv] <= positions[b, q], 0.0, float("-inf"))
+
+    def shifted(x):   # an index that may be negative keeps the wrap-around gather
+        return x[torch.arange(-3, 5, device=x.device)]
+
+    positions = torch.randint(0, 50, (3, 16))
+    assert _gathers(causal, positions) == (0, 2)
+    assert _gathers(shifted, torch.randn(8))[0] == 1
+    for fn, inputs in ((causal, (positions,)), (shifted, (torch.randn(8),))):
+        c = compile_fn(fn, *inputs)
+        torch.testing.assert_close(c(*inputs), fn(*inputs))
