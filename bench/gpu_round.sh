@@ -11,7 +11,7 @@
 #    Python environment has no compiled bytecode, every fresh process compiles sympy's
 #    and torch's sources (~2 s) and first-call times mean nothing.
 # 2. The GPU-marked tests and the kernel-compile worker tests.
-# 3. Fresh-process first calls, surge and torch.compile, cold and warm.
+# 3. Fresh-process first calls, surge and torch.compile, cold and warm, and eager's as the baseline.
 # 4. Training steps with the partitioner's weights on and off (each with a fresh cache).
 # Logs go to OUT_DIR; each step prints a short summary.
 set -uo pipefail
@@ -32,12 +32,12 @@ fi
 if [[ $steps == *,first,* ]]; then
     python3 bench/first_call.py --device cuda --full --only seed_block_fp32,gpt_bundled,mlp_train \
         --contenders surge,torch.compile > "$out/first_call.txt" 2>&1
-    echo "== first calls"; tail -7 "$out/first_call.txt"
+    echo "== first calls"; sed -n '/^net = /,$p' "$out/first_call.txt"
 fi
 
 if [[ $steps == *,first_all,* ]]; then   # every workload (~6 minutes): the per-workload ratios
     python3 bench/first_call.py --device cuda --full --contenders surge,torch.compile > "$out/first_call_all.txt" 2>&1
-    echo "== first calls, every workload"; sed -n '/^workload /,$p' "$out/first_call_all.txt"
+    echo "== first calls, every workload"; sed -n '/^net = /,$p' "$out/first_call_all.txt"
 fi
 
 if [[ $steps == *,suite,* ]]; then     # every workload, eager / torch.compile / surge (~5 minutes)
