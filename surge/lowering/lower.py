@@ -119,7 +119,7 @@ class Lowering:
         also saves for the backward is stored once."""
         if t.view is not None and layout is None:
             return t
-        key = (id(t), None if layout is None else _layout_key(layout))
+        key = (id(t), None if layout is None else _layout_tuple(layout))
         found = self._realized.get(key)
         if found is not None and found[0] is t:
             return found[1]
@@ -445,7 +445,7 @@ def _layout_of(val: torch.Tensor) -> Layout:
     return Layout(sym_shape(val.shape), sym_shape(val.stride()), sym(val.storage_offset()))
 
 
-def _layout_key(layout: Layout) -> tuple:
+def _layout_tuple(layout: Layout) -> tuple:
     return tuple(layout.shape), tuple(layout.stride), layout.offset
 
 
