@@ -11,6 +11,7 @@ shares memory with another input run the torch-level graph eagerly.
 """
 from __future__ import annotations
 
+import operator
 import time
 from typing import Callable
 
@@ -24,7 +25,7 @@ from ..runtime.graph_cache import CacheSpec
 from ..runtime.lazy_dynamo import defer_dynamo_import
 from ..tools.debug_dir import artifact_part, write_current
 from ..tools.phases import phase_timer
-from .capture import _fetch, _user_location, insert_copy_back, module_state, trace_program
+from .capture import _user_location, insert_copy_back, module_state, trace_program
 from .runtime import InferenceRunner, TrainingRunner
 
 Compiler = Callable[[torch.fx.GraphModule, list], Callable]
@@ -76,6 +77,8 @@ class AotCompiled:
         self.bw_compiler = bw_compiler
         self.options = options
         self.state_names = [names[0] for names, _ in module_state(gm)]
+        # read on every call: one C-level getter for all dotted names, not a Python walk per name
+        self._state_getter = operator.attrgetter(*self.state_names) if self.state_names else None
         self.num_user_inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         self.variants: dict[tuple, Callable] = {}
         self.final_grad_mode = _final_grad_mode(gm)
@@ -83,7 +86,10 @@ class AotCompiled:
         _reject_input_metadata_mutation(gm)
 
     def state_values(self) -> list:
-        return [_fetch(self.gm, name) for name in self.state_names]
+        if self._state_getter is None:
+            return []
+        values = self._state_getter(self.gm)
+        return list(values) if len(self.state_names) > 1 else [values]
 
     def __call__(self, *args):
         inputs = list(args) + self.state_values()
@@ -116,8 +122,10 @@ class AotCompiled:
         return self.gm(*args)
 
     def variant_for(self, inputs: list, autocast: tuple):
-        flags = tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
-        training = torch.is_grad_enabled() and any(flags)
+        # under no_grad no input's flag matters: skip the walk over every parameter
+        flags = (tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
+                 if torch.is_grad_enabled() else ())
+        training = any(flags)
         key = (flags if training else (), autocast)
         runner = self.variants.get(key)
         if runner is None:

@@ -91,9 +91,12 @@ class WrapperWriter:
         reused = {src for sm in self.schedule.memory.steps for _, src in sm.allocate if src}
         device = python_literal(g.device)
         for step, sm in zip(self.schedule.steps, self.schedule.memory.steps):
+            in_place = sm.in_place()   # donors the kernel still reads: freed after it
             for name, src in sm.allocate:
                 buf = self.by_name[name]
-                if src is not None:
+                if src in in_place:   # the same elements, maybe in another shape ([B*T, C] as [B, T, C])
+                    body.append(f"{name} = {self.storage_of(src, buf.layout)}  # reuse in place")
+                elif src is not None:
                     body.append(f"{name} = {src}; del {src}  # reuse")
                 else:
                     body.append(f"{name} = empty_strided({_shape_literal(buf.layout.shape)}, "
@@ -104,7 +107,7 @@ class WrapperWriter:
             else:
                 body.append(self.extern_line(step.buffer))
                 body.extend(self.layout_check(step.buffer))
-            dead = [n for n in sm.free_after if n not in reused] + sm.inputs_dead_after
+            dead = [n for n in sm.free_after if n not in reused or n in in_place] + sm.inputs_dead_after
             if dead:
                 body.append(f"del {', '.join(dead)}")
         outs = [self.output(o.arg) for o in g.outputs]
@@ -115,6 +118,14 @@ class WrapperWriter:
         out.extend("        " + line for line in body)
         out.append("    return call")
         return "\n".join(out) + "\n"
+
+    def storage_of(self, name: str, layout) -> str:
+        """``name``'s storage as a tensor of ``layout`` (from the storage's start) when its own
+        layout differs: a tensor of its own, not a view, since it may be a graph output."""
+        own = self.by_name[name].layout
+        if (own.shape, own.stride) == (layout.shape, layout.stride):
+            return name
+        return f"same_storage({name}, {_shape_literal(layout.shape)}, {_shape_literal(layout.stride)})"
 
     def kernel_arg(self, name: str) -> str:
         """Kernels index from the storage's start (the layout's offset is in their
@@ -173,5 +184,14 @@ def relayout(t, shape, stride, offset):
 '''
 
 
+# An output written in place over a buffer of another shape ([B*T, C] read as [B, T, C]).
+SAME_STORAGE_HELPER = '''
+
+def same_storage(t, shape, stride):
+    return t.new_empty(0).set_(t.untyped_storage(), 0, shape, stride)
+'''
+
+
 def generate_wrapper(schedule: Schedule, launch_args: dict) -> str:
-    return WRAPPER_PRELUDE + RELAYOUT_HELPER + "\n\n" + WrapperWriter(schedule, launch_args).write()
+    return (WRAPPER_PRELUDE + RELAYOUT_HELPER + SAME_STORAGE_HELPER + "\n\n"
+            + WrapperWriter(schedule, launch_args).write())
