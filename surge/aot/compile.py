@@ -25,6 +25,7 @@ from ..runtime.graph_cache import CacheSpec
 from ..runtime.lazy_dynamo import defer_dynamo_import
 from ..tools.debug_dir import artifact_part, write_current
 from ..tools.phases import phase_timer
+from .causal_attention import use_causal_attention
 from .capture import _user_location, insert_copy_back, module_state, trace_program
 from .runtime import InferenceRunner, TrainingRunner
 
@@ -72,6 +73,7 @@ class AotCompiled:
     def __init__(self, gm, fw_compiler: Compiler, bw_compiler: Compiler, options: Options,
                  cache: CacheSpec | None = None):
         self.gm = gm
+        use_causal_attention(gm)   # before the cache key: the key is the rewritten graph's
         self.cache = cache
         self.fw_compiler = fw_compiler
         self.bw_compiler = bw_compiler

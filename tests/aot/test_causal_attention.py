@@ -1,0 +1,140 @@
+"""Attention masks that are the causal pattern become is_causal=True (aot/causal_attention.py).
+
+Each case is compiled twice: once through a probe backend that runs the pass on the
+captured graph and reports what it did to the attention call, and once through surge's
+default backend (forward, and for training the gradients), which must equal eager.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import surge
+from surge.aot.causal_attention import use_causal_attention
+
+B, H, L, D = 2, 3, 8, 16
+
+
+def _attention_call(gm):
+    return next(n for n in gm.graph.nodes if n.op == "call_function" and n.target is F.scaled_dot_product_attention)
+
+
+def rewritten(fn, *inputs) -> bool:
+    """Whether the pass turned ``fn``'s attention call into ``is_causal=True`` (mask dropped)."""
+    seen = []
+
+    def probe(gm, example_inputs):
+        seen.append(use_causal_attention(gm))
+        call = _attention_call(gm)
+        mask = call.kwargs.get("attn_mask", call.args[3] if len(call.args) > 3 else None)
+        assert (mask is None) == bool(seen[-1])
+        return gm
+
+    surge.compile(fn, backend=probe, fullgraph=True)(*inputs)
+    return bool(seen[0])
+
+
+def check_matches_eager(fn, *inputs, training=False):
+    inputs = [t.detach().requires_grad_(training) for t in inputs]
+    expected = fn(*inputs)
+    actual = surge.compile(fn, fullgraph=True)(*[t.detach().requires_grad_(training) for t in inputs])
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    if training:
+        ours = [t.detach().requires_grad_(True) for t in inputs]
+        surge.compile(fn, fullgraph=True)(*ours).square().sum().backward()
+        expected.square().sum().backward()
+        for mine, theirs in zip(ours, inputs):
+            torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5)
+
+
+def qkv(q_len=L, kv_len=L):
+    return (torch.randn(B, H, q_len, D), torch.randn(B, H, kv_len, D), torch.randn(B, H, kv_len, D))
+
+
+def arange_mask(q, k):
+    """transformers' way: index functions over aranges, expanded over the batch."""
+    q_idx = torch.arange(q.shape[-2], device=q.device)[None, None, :, None]
+    kv_idx = torch.arange(k.shape[-2], device=q.device)[None, None, None, :]
+    return (kv_idx <= q_idx).expand(q.shape[0], -1, -1, -1)
+
+
+def bool_causal(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=arange_mask(q, k))
+
+
+def float_causal(q, k, v):
+    mask = torch.zeros(q.shape[-2], k.shape[-2]).masked_fill(~arange_mask(q, k)[0, 0], float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, mask)
+
+
+@pytest.mark.parametrize("fn", [bool_causal, float_causal])
+@pytest.mark.parametrize("training", [False, True])
+def test_causal_masks_become_is_causal(fn, training):
+    assert rewritten(fn, *qkv())
+    check_matches_eager(fn, *qkv(), training=training)
+
+
+def test_more_keys_than_queries_keeps_the_upper_left_pattern():
+    # is_causal with q_len < kv_len means tril(ones(q, kv)): query i sees keys 0..i
+    inputs = qkv(q_len=4, kv_len=8)
+    assert rewritten(bool_causal, *inputs)
+    check_matches_eager(bool_causal, *qkv(q_len=4, kv_len=8))
+
+
+def shifted_window(q, k, v):   # a query sees itself and the keys after it: not causal
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=~arange_mask(q, k) | torch.eye(L, dtype=torch.bool))
+
+
+def input_dependent(q, k, v):   # a mask computed from an input's values: unknown when compiling
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=arange_mask(q, k) & (q[..., :1] > -10))
+
+
+def finite_float_mask(q, k, v):   # finfo.min is not -inf: a fully masked row would differ
+    mask = torch.zeros(L, L).masked_fill(~arange_mask(q, k)[0, 0], torch.finfo(torch.float32).min)
+    return F.scaled_dot_product_attention(q, k, v, mask)
+
+
+def updated_in_place(q, k, v):   # the mask's arange is written into after the mask is built
+    idx = torch.arange(L)
+    mask = idx[None, :] <= idx[:, None]
+    idx.add_(1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask) + idx.sum()
+
+
+@pytest.mark.parametrize("fn", [shifted_window, input_dependent, finite_float_mask])
+def test_other_masks_stay(fn):
+    assert not rewritten(fn, *qkv())
+    check_matches_eager(fn, *qkv())
+
+
+def test_a_mask_written_in_place_is_not_evaluated_ahead():
+    seen = []
+
+    def probe(gm, example_inputs):
+        seen.append(use_causal_attention(gm))
+        return gm
+
+    surge.compile(updated_in_place, backend=probe)(*qkv())
+    assert seen and not any(seen)
+    check_matches_eager(updated_in_place, *qkv())
+
+
+def test_transformers_gpt2_gets_is_causal():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=2,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    ids = torch.randint(0, 64, (2, 8))
+    counts = []
+
+    def probe(gm, example_inputs):
+        counts.append(use_causal_attention(gm))
+        return gm
+
+    # without a cache (training, or use_cache=False) transformers checks position ids for
+    # packed sequences, and under compilation builds the mask instead of reading them
+    with torch.no_grad():
+        surge.compile(model, backend=probe)(input_ids=ids, use_cache=False)
+        assert sum(counts) == 2   # one attention call per layer
+        expected = model(input_ids=ids, use_cache=False).logits
+        actual = surge.compile(model)(input_ids=ids, use_cache=False).logits
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
