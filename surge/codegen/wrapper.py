@@ -81,6 +81,7 @@ class WrapperWriter:
         kernels = [s for s in self.schedule.steps if isinstance(s, KernelGroup)]
         for k in kernels:
             out.append(f"    {k.name} = launchers[{('triton_' + k.name)!r}]")
+        out.append(f"    _device = {python_literal(g.device)}   # made once, not on every allocation")
         out.append("")
         out.append("    def call(args):")
         body = []
@@ -89,7 +90,6 @@ class WrapperWriter:
             body.append(f"{names}, = args")
         body.append("args.clear()   # each input lives until its last use (below), not the whole call")
         reused = {src for sm in self.schedule.memory.steps for _, src in sm.allocate if src}
-        device = python_literal(g.device)
         for step, sm in zip(self.schedule.steps, self.schedule.memory.steps):
             in_place = sm.in_place()   # donors the kernel still reads: freed after it
             for name, src in sm.allocate:
@@ -100,7 +100,7 @@ class WrapperWriter:
                     body.append(f"{name} = {src}; del {src}  # reuse")
                 else:
                     body.append(f"{name} = empty_strided({_shape_literal(buf.layout.shape)}, "
-                                f"{_shape_literal(buf.layout.stride)}, device={device}, dtype={buf.dtype})")
+                                f"{_shape_literal(buf.layout.stride)}, device=_device, dtype={buf.dtype})")
             if isinstance(step, KernelGroup):
                 args = ", ".join(self.kernel_arg(n) for n in self.launch_args["triton_" + step.name])
                 body.append(f"{step.name}({args})")
