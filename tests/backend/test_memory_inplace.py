@@ -57,6 +57,9 @@ def test_epilogue_writes_over_the_matmul_result_cpp():
     (kernel,) = compiled.schedule.kernels
     assert in_place_pairs(plan) == [(kernel.stores[0], *matmul_donors(compiled.schedule))], str(plan)
     assert (plan.allocations, plan.reuses) == (0, 1), str(plan)
+    # the output and the donor share storage: neither pointer may be declared __restrict__
+    signature = next(line for line in compiled.cpp_source.splitlines() if line.startswith("static void"))
+    assert signature.count("__restrict__") == signature.count("*") - 2, signature
     for _ in range(2):
         assert_matches_eager(seed_block, compiled, *on_cpu(block_inputs()), atol=1e-5, rtol=1e-5)
 

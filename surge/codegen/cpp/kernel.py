@@ -66,10 +66,11 @@ class CppKernel:
 
 
 class CppKernelWriter:
-    def __init__(self, plan: KernelPlan, buffers: dict, name: str):
+    def __init__(self, plan: KernelPlan, buffers: dict, name: str, shared: frozenset = frozenset()):
         self.plan = plan
         self.buffers = buffers
         self.name = name
+        self.shared = shared   # buffers whose storage another parameter also points into
         self.xnumel = _as_int(plan.xnumel, name)
         self.rnumel = _as_int(plan.rnumel, name) if plan.is_reduction else 1
         self.x_sizes = [_as_int(s, name) for s in plan.x_sizes]
@@ -509,7 +510,10 @@ class CppKernelWriter:
         params = []
         for buffer, out in self.params:
             t = storage_type(self.buffers[buffer].dtype)
-            params.append(f"{'' if out else 'const '}{t}* __restrict__ {self.pointer_of[buffer]}")
+            # an output written over an input it reads (the memory plan's in place reuse)
+            # shares storage with it: no __restrict__ promise for either pointer
+            restrict = "" if buffer in self.shared else "__restrict__ "
+            params.append(f"{'' if out else 'const '}{t}* {restrict}{self.pointer_of[buffer]}")
         lines = [f"static void {self.name}({', '.join(params)}) {{"]
         lines += ["    " + line for line in top.lines]
         lines.append("}")
@@ -529,5 +533,5 @@ def _as_int(expr, kernel: str) -> int:
                                   "static shapes)") from None
 
 
-def generate_cpp_kernel(plan: KernelPlan, buffers: dict, name: str) -> CppKernel:
-    return CppKernelWriter(plan, buffers, name).generate()
+def generate_cpp_kernel(plan: KernelPlan, buffers: dict, name: str, shared: frozenset = frozenset()) -> CppKernel:
+    return CppKernelWriter(plan, buffers, name, shared).generate()

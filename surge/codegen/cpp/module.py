@@ -53,6 +53,12 @@ def _segments(schedule: Schedule) -> list:
     return out
 
 
+def _in_place_pairs(step_memory) -> frozenset:
+    """The outputs a step writes over inputs it still reads, and those inputs."""
+    donors = step_memory.in_place()
+    return frozenset(donors) | frozenset(name for name, src in step_memory.allocate if src in donors)
+
+
 def generate_cpp_module(schedule: Schedule, prefix: str = "") -> CppModule:
     """The graph's C++; ``prefix`` keeps names unique when several graphs share one library."""
     refined = fuse_column_reductions(schedule)
@@ -67,7 +73,8 @@ def generate_cpp_module(schedule: Schedule, prefix: str = "") -> CppModule:
         params: list[str] = []
         calls = []
         for step in steps:
-            kernel = generate_cpp_kernel(prepare_kernel(step), buffers, f"{prefix}cpp_{step.name}")
+            kernel = generate_cpp_kernel(prepare_kernel(step), buffers, f"{prefix}cpp_{step.name}",
+                                         _in_place_pairs(schedule.memory.steps[step.index]))
             kernels[kernel.name] = kernel
             parts.append(kernel.source)
             args = []
