@@ -36,13 +36,16 @@ MAX_MASK_ELEMENTS = 1 << 28
 def use_causal_attention(gm: torch.fx.GraphModule) -> int:
     """Rewrite ``gm``'s attention calls whose mask is the causal pattern; returns how many."""
     rewritten = 0
+    masks: dict[torch.fx.Node, object] = {}   # every layer's call reads the same mask: evaluated once
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target not in _SDPA:
             continue
         mask = _argument(node, "attn_mask", _MASK)
         if not isinstance(mask, torch.fx.Node) or _argument(node, "is_causal", _IS_CAUSAL) is not False:
             continue
-        value = _evaluate_constant(mask)
+        if mask not in masks:
+            masks[mask] = _evaluate_constant(mask)
+        value = masks[mask]
         if value is None or not _is_causal_pattern(value, node):
             continue
         _set_argument(node, "attn_mask", _MASK, None)
@@ -54,12 +57,13 @@ def use_causal_attention(gm: torch.fx.GraphModule) -> int:
     return rewritten
 
 
-def _argument(node: torch.fx.Node, name: str, position: int, default=None):
+def _argument(node: torch.fx.Node, name: str, position: int):
+    """An argument of the call by name or position; None, or False for ``is_causal``, when absent."""
     if name in node.kwargs:
         return node.kwargs[name]
     if len(node.args) > position:
         return node.args[position]
-    return {"is_causal": False}.get(name, default)
+    return False if name == "is_causal" else None
 
 
 def _set_argument(node: torch.fx.Node, name: str, position: int, value) -> None:
