@@ -77,12 +77,15 @@ def _set_argument(node: torch.fx.Node, name: str, position: int, value) -> None:
 
 def _ancestors(node: torch.fx.Node) -> list | None:
     """``node`` and what it is computed from, in graph order; None when any of it reads a graph
-    input or module state, or when something outside writes into it (an in-place update)."""
+    input or module state, draws random numbers, or when something outside writes into it
+    (an in-place update)."""
     seen, stack = {node}, [node]
     while stack:
         current = stack.pop()
         if current.op not in ("call_function", "call_method"):
             return None   # placeholder, get_attr, call_module: values known only at run time
+        if _is_random(current.target):
+            return None
         for parent in current.all_input_nodes:
             if parent not in seen:
                 seen.add(parent)
@@ -132,8 +135,6 @@ def _evaluate_constant(mask: torch.fx.Node):
         with torch.no_grad():
             for n in nodes:
                 args, kwargs = load(n.args), load(n.kwargs)
-                if _is_random(n.target):
-                    return None
                 if n.op == "call_method":
                     values[n] = getattr(args[0], n.target)(*args[1:], **kwargs)
                 else:

@@ -40,14 +40,13 @@ def output_assembler(program: TracedProgram) -> Callable[[list, list], object]:
     they are (one tensor, or a flat tuple of them: most programs) skip the per-output
     dispatch and pytree's rebuild, a few microseconds of every call."""
     spec = program.out_spec
-    if not all(out.kind == "graph" for out in program.outputs):
-        return lambda inputs, values: assemble_outputs(program, inputs, values)
-    positions = [out.index for out in program.outputs]
-    if spec.is_leaf():
-        position = positions[0]
-        return lambda inputs, values: values[position]
-    if spec.type is tuple and all(child.is_leaf() for child in spec.children()):
-        return lambda inputs, values: tuple([values[k] for k in positions])
+    if all(out.kind == "graph" for out in program.outputs):
+        positions = [out.index for out in program.outputs]
+        if spec.is_leaf():
+            position = positions[0]
+            return lambda inputs, values: values[position]
+        if spec.type is tuple and all(child.is_leaf() for child in spec.children()):
+            return lambda inputs, values: tuple([values[k] for k in positions])
     return lambda inputs, values: assemble_outputs(program, inputs, values)
 
 

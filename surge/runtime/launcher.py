@@ -6,6 +6,7 @@ generated wrapper calls; sizes, grid and config are bound in its closure.
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 from .. import logs
 from ..tools.phases import phase_timer
@@ -29,12 +30,8 @@ def _timing_args(args) -> list:
     run on: arguments sharing storage are timed on one copy of that storage."""
     import torch
 
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    counts = {}
-    for a in tensors:
-        key = a.untyped_storage().data_ptr()
-        counts[key] = counts.get(key, 0) + 1
-    if all(n == 1 for n in counts.values()):
+    counts = Counter(a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor))
+    if max(counts.values(), default=1) == 1:
         return list(args)
     copies = {}
     out = []
