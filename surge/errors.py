@@ -21,7 +21,12 @@ class Unsupported(SurgeError):
 
 
 class BackendCompilerFailed(SurgeError):
-    """A backend raised while compiling a captured graph."""
+    """A backend raised while compiling a captured graph, or returned no callable."""
+
+
+class InvalidBackend(SurgeError, TypeError):
+    """``surge.compile``'s backend cannot be used: not callable, or it cannot be called
+    as ``backend(gm, example_inputs)``."""
 
 
 class InternalError(SurgeError):

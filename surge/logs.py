@@ -1,9 +1,12 @@
 """Log channels selected with ``SURGE_LOGS=graph,guards,...``.
 
 Each channel prints readable artifacts as they are made. ``SURGE_LOGS=all``
-turns every channel on. The variable is read at every ``enabled`` call so that
-tests and users can flip it without re-importing surge; the cost is one dict
-lookup, and no channel is consulted on the hot path of a compiled call.
+turns every channel on; a name with a leading minus removes that channel
+(``all,-perf``), and ``-fallbacks`` also silences the fallback warnings that
+surge prints by default (``fallbacks.py``). An unknown name gets one warning
+that lists the channels. The variable is read at every ``enabled`` call so that
+tests and users can flip it without re-importing surge; the cost is one parse of
+a short string, and no channel is consulted on the hot path of a compiled call.
 """
 from __future__ import annotations
 
@@ -27,17 +30,32 @@ CHANNELS = (
 _logger = logging.getLogger("surge")
 
 
-def _selected() -> set[str]:
-    raw = os.environ.get("SURGE_LOGS", "")
-    names = {part.strip() for part in raw.split(",") if part.strip()}
-    if "all" in names:
-        return set(CHANNELS)
-    return names
+def _parse(raw: str) -> tuple[frozenset, frozenset]:
+    """(selected, removed) channels of a ``SURGE_LOGS`` value."""
+    names = [part.strip() for part in raw.split(",") if part.strip()]
+    removed = {name[1:].strip() for name in names if name.startswith("-")}
+    added = {name for name in names if not name.startswith("-")}
+    unknown = sorted((added | removed) - set(CHANNELS) - {"all"})
+    if unknown:
+        warn_once(f"logs:{raw}", f"surge: SURGE_LOGS={raw!r} names unknown channel(s) {unknown}; "
+                                 f"known channels: {', '.join(CHANNELS)}, or all (a leading '-' removes one)")
+    selected = set(CHANNELS) if "all" in added else added & set(CHANNELS)
+    return frozenset(selected - removed), frozenset(removed)
+
+
+def _selected() -> frozenset:
+    return _parse(os.environ.get("SURGE_LOGS", ""))[0]
 
 
 def enabled(channel: str) -> bool:
     assert channel in CHANNELS, f"unknown log channel {channel!r}"
     return channel in _selected()
+
+
+def removed(channel: str) -> bool:
+    """Whether ``SURGE_LOGS`` removes ``channel`` explicitly (``-fallbacks``)."""
+    assert channel in CHANNELS, f"unknown log channel {channel!r}"
+    return channel in _parse(os.environ.get("SURGE_LOGS", ""))[1]
 
 
 def log(channel: str, message: str) -> None:

@@ -48,6 +48,9 @@ class Options:
     # Raise surge's own internal errors instead of falling back to eager
     # (for developing surge; users want the fallback).
     raise_internal_errors: bool = False
+    # Print one warning per code object that runs eagerly for a reason other than a
+    # graph break (fallbacks.py); SURGE_LOGS=-fallbacks silences it too.
+    warn_fallbacks: bool = True
     # Reuse whole compiled graphs (aot, lowering, codegen results) from the disk
     # cache across processes; off to debug those layers.
     graph_cache: bool = True
@@ -69,6 +72,7 @@ class Options:
             debug_dir=_env_str("SURGE_DEBUG_DIR", None),
             cache_dir=_env_str("SURGE_CACHE_DIR", None),
             raise_internal_errors=_env_bool("SURGE_RAISE_INTERNAL_ERRORS", False),
+            warn_fallbacks=_env_bool("SURGE_WARN_FALLBACKS", True),
             graph_cache=_env_bool("SURGE_GRAPH_CACHE", True),
             frontend_cache=_env_bool("SURGE_FRONTEND_CACHE", True),
             split_reduction_min_elements=_env_int("SURGE_SPLIT_REDUCTION_MIN_ELEMENTS", 65536),

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import logs
-from ..counters import counters
+from .. import fallbacks
 from ..errors import Unsupported
 from ..options import Options
 from .boxed import boxed_graph_runner
@@ -25,6 +24,5 @@ def aot_eager_backend(gm: torch.fx.GraphModule, example_inputs, *, options: Opti
         if options.raise_internal_errors or options.fullgraph:
             raise
         # The aot layer cannot handle this graph: run the torch-level graph eagerly.
-        counters["fallbacks"] += 1
-        logs.log("fallbacks", f"aot_eager ran a graph eagerly: {e}")
+        fallbacks.announce(f"the aot layer cannot trace it: {e}", graph=True, options=options)
         return gm.forward

@@ -17,8 +17,7 @@ from typing import Callable
 
 import torch
 
-from .. import logs
-from ..counters import counters
+from .. import fallbacks, logs
 from ..errors import Unsupported
 from ..options import Options
 from ..runtime.graph_cache import CacheSpec
@@ -85,6 +84,9 @@ class AotCompiled:
         self.variants: dict[tuple, Callable] = {}
         self.final_grad_mode = _final_grad_mode(gm)
         self.ran_eagerly = False
+        # The user's code this graph is part of: a variant compiled on a later call, or a
+        # call run eagerly, announces its fallbacks there (fallbacks.py).
+        self.site = fallbacks.current_site()
         _reject_input_metadata_mutation(gm)
 
     def state_values(self) -> list:
@@ -118,9 +120,9 @@ class AotCompiled:
         # torch-level graph, run op by op, does that.
         if not self.ran_eagerly:
             self.ran_eagerly = True
-            counters["fallbacks"] += 1
-            logs.log("fallbacks", "aot: an input updated in place shares memory with another input; "
-                                  "running the graph eagerly for such calls")
+            with fallbacks.at_user_code(self.site):
+                fallbacks.announce("an input it updates in place shares memory with another input "
+                                   "(such calls run the graph eagerly)", graph=True, options=self.options)
         return self.gm(*args)
 
     def variant_for(self, inputs: list, autocast: tuple):
@@ -132,7 +134,7 @@ class AotCompiled:
         runner = self.variants.get(key)
         if runner is None:
             start = time.perf_counter()
-            with phase_timer.phase("aot"):
+            with phase_timer.phase("aot"), fallbacks.at_user_code(self.site):
                 cache_key = self.cache.key(self.gm, inputs, (training, key), self.options) if self.cache else None
                 runner = self._cached_runner(cache_key) if cache_key else None
                 hit = runner is not None

@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from typing import Callable
 
 import torch
 
+from ..errors import InvalidBackend
+
 Backend = Callable[[torch.fx.GraphModule, list], Callable]
+
+# What every error about a backend that breaks the protocol says.
+PROTOCOL = ("a backend is called as backend(gm: torch.fx.GraphModule, example_inputs: list) and returns "
+            "a callable that runs the graph on its inputs (gm.forward runs it as captured)")
 
 # name -> "module:attribute" of the backend, imported on first use.
 _LAZY_BACKENDS: dict[str, str] = {
@@ -50,10 +57,12 @@ def lookup_backend(backend, options=None) -> Backend:
     if backend is None:
         backend = default_backend_name()
     if callable(backend):
+        _check_signature(backend)
         return backend
     if not isinstance(backend, str):
-        raise TypeError(
-            f"surge.compile: backend must be a name or a callable, got {type(backend).__name__}"
+        raise InvalidBackend(
+            f"surge.compile: backend must be a name or a callable, got {type(backend).__name__} "
+            f"{_short_repr(backend)}; {PROTOCOL}; names: {available_backends()}"
         )
     if backend not in _LAZY_BACKENDS:
         raise ValueError(
@@ -71,6 +80,40 @@ def lookup_backend(backend, options=None) -> Backend:
     if key not in _BOUND:
         _BOUND[key] = functools.partial(loaded, options=options)
     return _BOUND[key]
+
+
+def _check_signature(backend) -> None:
+    """Refuse, at ``surge.compile``, a callable that cannot take ``(gm, example_inputs)``."""
+    try:
+        signature = inspect.signature(backend)
+    except (TypeError, ValueError):  # a builtin without a signature: its first call tells
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError as why:
+        raise InvalidBackend(f"surge.compile: backend {describe_backend(backend)} cannot be called as "
+                             f"backend(gm, example_inputs): its signature is {signature} ({why}); "
+                             f"{PROTOCOL}") from None
+
+
+def describe_backend(backend) -> str:
+    """The backend's name for messages: its registered name, or the callable's qualified name."""
+    target = backend.func if isinstance(backend, functools.partial) else backend
+    for name, loaded in _LOADED.items():
+        if loaded is target:
+            return repr(name)
+    if isinstance(target, str):
+        return repr(target)
+    name = getattr(target, "__qualname__", None)
+    if name is None:
+        name = f"{type(target).__qualname__} object"
+    module = getattr(target, "__module__", None) or getattr(type(target), "__module__", None)
+    return f"{module}.{name}" if module and module != "builtins" else name
+
+
+def _short_repr(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def default_backend_name() -> str:

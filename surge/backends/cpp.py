@@ -19,7 +19,7 @@ import warnings
 
 import torch
 
-from .. import logs
+from .. import fallbacks, logs
 from ..counters import counters
 from ..errors import SurgeError
 from ..options import Options, default_cache_dir
@@ -197,7 +197,8 @@ def cpp_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Opti
             _WARNED.add(cxx)
             warnings.warn(f"surge: {why}; the cpp backend falls back to 'aot_eager' (no generated kernels)",
                           RuntimeWarning, stacklevel=2)
-        logs.log("fallbacks", f"cpp backend: {why}; using aot_eager")
+        fallbacks.announce(f"cpp backend: {why}", graph=True, outcome="runs on 'aot_eager' (no generated kernels)",
+                           counted=False, warn=False)  # warned above, once per compiler
         return aot_eager_backend(gm, example_inputs, options=options)
 
     def compiler(aten_gm, inputs):

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from .. import logs
+from .. import fallbacks, logs
 from ..counters import counters
 from ..options import Options, default_cache_dir
 from ..runtime.graph_cache import CacheSpec
@@ -108,9 +108,8 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
             if options.raise_internal_errors:
                 raise
             # never fail the user's program: run this graph's ATen ops as they are
-            counters["fallbacks"] += 1
-            logs.log("fallbacks", f"triton backend could not compile a graph, running it eagerly: "
-                                  f"{type(error).__name__}: {error}")
+            fallbacks.announce(f"the triton backend could not compile it: {type(error).__name__}: {error}",
+                               graph=True, options=options)
             return aten_gm.forward
         code_cache.write_module(path, source)
     logs.log("output_code", f"{path}\n{source}")
@@ -169,8 +168,9 @@ def triton_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: O
         if device.type != "cuda" and not (device.type == "cpu" and interpreting()):
             # Kernels run on CUDA tensors, or on CPU tensors in Triton's interpreter
             # (TRITON_INTERPRET=1, which Triton reads when it is imported).
-            logs.log("fallbacks", f"triton backend runs a graph on {device.type} tensors eagerly"
-                                  + (" (TRITON_INTERPRET is off)" if device.type == "cpu" else ""))
+            fallbacks.announce(f"the triton backend runs {device.type} tensors only on CUDA"
+                               + (" (or with TRITON_INTERPRET=1)" if device.type == "cpu" else ""),
+                               graph=True, options=options)
             return aten_gm.forward
         return compile_aten_graph(aten_gm, inputs, options)
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import weakref
 
-from .. import logs
+from .. import fallbacks, logs
 from ..counters import counters
 from . import disk_cache
 from .cache_entry import CacheEntry
+from .code_kinds import is_resume_code
 from .codegen import MISS
 
 
@@ -46,6 +47,19 @@ class CodeCache:
         counters["cache_misses"] += 1
         if self.run_eagerly:
             return fn(*args, **kwargs)
+        # Fallbacks announced while this call compiles concern this code (fallbacks.py).
+        with fallbacks.at_user_code(self._site(fn, options)):
+            return self._compile_and_run(fn, args, kwargs, options, backend, records)
+
+    def _site(self, fn, options) -> fallbacks.UserSite:
+        name = fn.__qualname__
+        if is_resume_code(self.code):
+            from .resume import user_name  # imported already: resume.py made this code
+
+            name = user_name(self.code)
+        return fallbacks.UserSite(self.code, name, options.warn_fallbacks)
+
+    def _compile_and_run(self, fn, args, kwargs, options, backend, records):
         use_disk = self.use_disk and options.frontend_cache
         if use_disk:
             result = self._from_disk(fn, args, kwargs, options, backend, records)
@@ -54,12 +68,9 @@ class CodeCache:
         if self.entries:
             if self.recompiles >= options.cache_size_limit:
                 self.run_eagerly = True
-                logs.warn_once(
-                    f"cache_limit:{id(self.code)}",
-                    f"surge: {self.code.co_name} ({self.code.co_filename}:{self.code.co_firstlineno}) was "
-                    f"recompiled {self.recompiles} times (cache_size_limit={options.cache_size_limit}); "
-                    "it now runs eagerly. Last failing guard: " + str(self._failed_guard(fn, args, kwargs)),
-                )
+                fallbacks.announce(f"it was recompiled {self.recompiles} times (cache_size_limit="
+                                   f"{options.cache_size_limit}); last failing guard: "
+                                   f"{self._failed_guard(fn, args, kwargs)}", outcome="now runs eagerly")
                 return fn(*args, **kwargs)
             self.recompiles += 1
             counters["recompiles"] += 1
@@ -101,7 +112,7 @@ class CodeCache:
             stored = disk_cache.load_records(options, self._disk_key) if self._disk_key else []
             self._disk_entries = []
             for record in reversed(stored):  # the newest first
-                made = disk_cache.runnable(record, backend, counters)
+                made = disk_cache.runnable(record, backend, counters, fallbacks.current_site(), options)
                 if made is not None:
                     self._disk_entries.append((*made, record))
         for item in self._disk_entries:
@@ -170,3 +181,4 @@ def private_cache(code, backend, fullgraph: bool) -> CodeCache:
 def reset_all() -> None:
     for cache in list(_ALL):
         cache.clear()
+    fallbacks.forget_warnings()

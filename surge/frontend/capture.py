@@ -15,12 +15,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import logs
+from .. import fallbacks, logs
 from ..counters import counters
 from ..errors import BackendCompilerFailed, InternalError, Unsupported
 from ..tools.debug_dir import source_of, write_current
 from ..tools.phases import phase_timer
 from . import disk_cache
+from .backend_call import call_backend
 from .binding import bind_root
 from .breaks import BreakRunner, BreakState, BreakStateCodegen, ResumeCaller, grad_mode_outside_blocks
 from .cache_entry import BreakReason, CacheEntry
@@ -99,7 +100,7 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
         if fn.__code__ is DECORATE_CONTEXT_CODE and resume_caller is not None:
             return _context_decorated_entry(fn, resume_caller.callees, start)
         if point is None or resume_caller is None:
-            return _fallback(failed.tracer, fn, error, start)
+            return _fallback(failed.tracer, fn, error, start, failed.kind)
         try:
             return _capture(fn, args, kwargs, options, backend, start,
                             stop=BreakPoint(point[0], point[1], _reason(error), resume_caller))
@@ -114,15 +115,19 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
             why = Unsupported(f"{error.reason} (and the frame cannot be split there: {again.error.reason})",
                               error.location)
             why.source_text = getattr(error, "source_text", "")
-            return _fallback(again.tracer, fn, why, start)
+            return _fallback(again.tracer, fn, why, start, again.kind)
 
 
 class _Failed(Exception):
-    """Capture of the frame failed with ``error``: the caller decides between a break and a fallback."""
+    """Capture of the frame failed with ``error``: the caller decides between a break and a fallback.
 
-    def __init__(self, tracer, error: Unsupported):
+    ``kind``: "unsupported" (capture cannot handle a construct: a graph break, shown by
+    explain), "backend" (the backend raised) or "internal" (a bug in surge)."""
+
+    def __init__(self, tracer, error: Unsupported, kind: str = "unsupported"):
         self.tracer = tracer
         self.error = error
+        self.kind = kind
 
 
 def _reason(error: Unsupported) -> BreakReason:
@@ -168,18 +173,29 @@ def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None 
             raise
         raise _Failed(tracer, e) from None
     except BackendCompilerFailed as e:
+        if options.raise_internal_errors and e.__cause__ is not None:
+            raise _with_context(e.__cause__, fn, None, "the backend's compile of the captured graph")
         if options.fullgraph:
             raise
-        raise _Failed(tracer, Unsupported(f"backend failed: {e}")) from None
+        raise _Failed(tracer, Unsupported(str(e)), "backend") from None
     except Exception as e:
-        if options.raise_internal_errors:
-            raise
         where = tracer.current_frame
         location = f"{where.code.co_filename}:{where.lineno()}" if where is not None else None
+        if options.raise_internal_errors:
+            raise _with_context(e, fn, location, "capture")
         if options.fullgraph:
             raise InternalError(f"surge failed while capturing {fn.__qualname__}: "
                                 f"{type(e).__name__}: {e}" + (f"\n  at {location}" if location else "")) from e
-        raise _Failed(tracer, Unsupported(f"internal error: {type(e).__name__}: {e}", location)) from None
+        raise _Failed(tracer, Unsupported(f"internal error: {type(e).__name__}: {e}", location), "internal") from None
+
+
+def _with_context(error: BaseException, fn, location: str | None, phase: str) -> BaseException:
+    """``error`` as raised, with a note naming the frame, the user's line and the phase
+    (``raise_internal_errors``: the original exception, not a fallback)."""
+    code = fn.__code__
+    error.add_note(f"surge: raised during {phase} of {fn.__qualname__} "
+                   f"({code.co_filename}:{code.co_firstlineno})" + (f", at {location}" if location else ""))
+    return error
 
 
 def _refuse_unmodeled_modes(tracer: Tracer) -> None:
@@ -212,14 +228,10 @@ def _compile_graph(tracer: Tracer, fn, outputs: list, backend, skip_empty: bool)
         logs.log("graph", f"captured graph of {fn.__qualname__}:\n{gm.print_readable(print_output=False)}")
     write_current(tracer.options, "source.py", source_of(fn))
     write_current(tracer.options, "graph.py", lambda: gm.print_readable(print_output=False))
-    try:
-        with phase_timer.phase("other"):  # the backend times its own phases; the rest is not capture
-            compiled = backend(gm, example_inputs)
-        if any(n.target in AUTOCAST_GRAPH_FUNCTIONS for n in gm.graph.nodes):
-            compiled = restore_autocast_on_error(compiled)
-    except Exception as e:
-        raise BackendCompilerFailed(f"backend {getattr(backend, '__name__', backend)} raised "
-                                    f"{type(e).__name__}: {e}") from e
+    with phase_timer.phase("other"):  # the backend times its own phases; the rest is not capture
+        compiled = call_backend(backend, gm, example_inputs)
+    if any(n.target in AUTOCAST_GRAPH_FUNCTIONS for n in gm.graph.nodes):
+        compiled = restore_autocast_on_error(compiled)
     counters["graphs"] += 1
     return gm, compiled
 
@@ -296,10 +308,11 @@ def _context_decorated_entry(fn, callees, start) -> CacheEntry:
     return entry
 
 
-def _fallback(tracer: Tracer, fn, error: Unsupported, start) -> CacheEntry:
-    counters["fallbacks"] += 1
+def _fallback(tracer: Tracer, fn, error: Unsupported, start, kind: str) -> CacheEntry:
     reason = _reason(error)
-    logs.log("fallbacks", f"{fn.__qualname__} runs eagerly: {reason}")
+    # What capture cannot handle is its ordinary behaviour (explain shows it); a
+    # backend's or surge's own failure is announced with a warning.
+    fallbacks.announce(reason.reason, location=reason.location, warn=kind != "unsupported")
     source, run = generate_entry(tracer.guards, tracer.consts, input_sources=[], return_expr=None,
                                  run_eagerly=True, counters=counters)
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer),

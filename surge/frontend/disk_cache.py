@@ -43,8 +43,8 @@ import types
 
 import torch
 
-from .. import logs
-from ..counters import counters
+from .. import fallbacks, logs
+from ..errors import BackendCompilerFailed
 from ..options import Options, default_cache_dir
 from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
 from .codegen import entry_source, exec_entry, identity_target
@@ -402,21 +402,28 @@ class _GraphOnFirstCall:
     """A stored entry's graph, handed to the backend on the entry's first run (with
     that call's inputs as examples); then the entry calls the backend's result directly."""
 
-    def __init__(self, record: Record, backend, namespace: dict):
+    def __init__(self, record: Record, backend, namespace: dict, site, options: Options):
         self.record = record
         self.backend = backend
         self.namespace = namespace
+        self.site = site        # the user's code, for a fallback's warning (fallbacks.py)
+        self.options = options
         self.graph_module = None
 
     def __call__(self, *args):
+        from .backend_call import call_backend
+
         gm = self.graph_module
-        try:
-            compiled = self.backend(gm, list(args))
-        except Exception as e:  # as a capture's backend failure: this graph runs eagerly
-            logs.log("fallbacks", f"frontend disk cache: backend raised {type(e).__name__}: {e}; "
-                                  "running the stored graph eagerly")
-            counters["fallbacks"] += 1
-            compiled = gm
+        with fallbacks.at_user_code(self.site):
+            try:
+                compiled = call_backend(self.backend, gm, list(args))
+            except BackendCompilerFailed as e:  # as a capture's backend failure: this graph runs eagerly
+                if self.options.raise_internal_errors:
+                    raise e.__cause__ or e
+                if self.options.fullgraph:
+                    raise
+                fallbacks.announce(f"{e} (a graph stored in the frontend disk cache)")
+                compiled = gm
         if self.record.autocast:
             from .variables.autocast import restore_autocast_on_error
 
@@ -425,8 +432,9 @@ class _GraphOnFirstCall:
         return compiled(*args)
 
 
-def runnable(record: Record, backend, entry_counters):
-    """(entry function, graph module) of a stored record in this process, or None."""
+def runnable(record: Record, backend, entry_counters, site, options: Options):
+    """(entry function, graph module) of a stored record in this process, or None.
+    ``site``: the user's code it runs (``fallbacks.UserSite``); ``options``: the compile's."""
     if record.format != FORMAT or not _files_unchanged(record):
         return None
     try:
@@ -437,7 +445,7 @@ def runnable(record: Record, backend, entry_counters):
         return None
     from .codegen import MISS
 
-    lazy = _GraphOnFirstCall(record, backend, namespace)
+    lazy = _GraphOnFirstCall(record, backend, namespace, site, options)
     lazy.graph_module = gm
     namespace.update(MISS=MISS, compiled=lazy if gm is not None else None, counters=entry_counters)
     return exec_entry(record.entry_name, record.source, namespace), gm
@@ -456,7 +464,8 @@ def load_records(options: Options, key: str) -> list:
     except FileNotFoundError:
         return []
     except Exception as why:  # a damaged or foreign file: captures overwrite it
-        logs.log("fallbacks", f"frontend disk cache: ignoring unreadable {key[:12]} ({type(why).__name__}: {why})")
+        fallbacks.announce(f"frontend disk cache: ignoring unreadable {key[:12]} ({type(why).__name__}: {why})",
+                           outcome="is captured again", counted=False, warn=False)
         return []
     return [r for r in records if isinstance(r, Record) and r.format == FORMAT] if isinstance(records, list) else []
 

@@ -41,7 +41,7 @@ from typing import Any, Callable
 
 import torch
 
-from .. import logs
+from .. import fallbacks, logs
 from ..counters import counters
 
 FORMAT = 1
@@ -251,10 +251,12 @@ def load(cache_dir: str, key: str) -> Entry | None:
     except FileNotFoundError:
         return None
     except Exception as why:  # a damaged or foreign file: recompile and overwrite it
-        logs.log("fallbacks", f"graph cache: ignoring unreadable entry {key[:12]} ({type(why).__name__}: {why})")
+        fallbacks.announce(f"graph cache: ignoring unreadable entry {key[:12]} ({type(why).__name__}: {why})",
+                           graph=True, outcome="is compiled again", counted=False, warn=False)
         return None
     if not isinstance(entry, Entry) or entry.format != FORMAT or entry.key != key:
-        logs.log("fallbacks", f"graph cache: ignoring entry {key[:12]} of another format or key")
+        fallbacks.announce(f"graph cache: ignoring entry {key[:12]} of another format or key",
+                           graph=True, outcome="is compiled again", counted=False, warn=False)
         return None
     return entry
 
@@ -294,7 +296,8 @@ class CacheSpec:
             forward = self.load_artifact(entry.forward)
             backward = None if entry.backward is None else self.load_artifact(entry.backward)
         except Exception as why:  # e.g. a kernel library that no longer loads: recompile
-            logs.log("fallbacks", f"graph cache: entry {key[:12]} did not load ({type(why).__name__}: {why})")
+            fallbacks.announce(f"graph cache: entry {key[:12]} did not load ({type(why).__name__}: {why})",
+                               graph=True, outcome="is compiled again", counted=False, warn=False)
             counters["graph_cache_misses"] += 1
             return None
         counters["graph_cache_hits"] += 1
