@@ -21,6 +21,13 @@ class Counters(collections.Counter):
     def __missing__(self, key):
         return 0
 
+    def __getattr__(self, name):
+        # surge.counters.graph_breaks reads surge.counters["graph_breaks"]: the standard
+        # names and any counter a layer has added; other names are not counters.
+        if name in COUNTER_NAMES or (not name.startswith("_") and name in self.keys()):
+            return self[name]
+        raise AttributeError(f"surge.counters has no counter {name!r}; counters: {', '.join(self)}")
+
     def reset(self) -> None:
         self.clear()
         for name in COUNTER_NAMES:

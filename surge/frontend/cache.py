@@ -74,10 +74,11 @@ class CodeCache:
                 return fn(*args, **kwargs)
             self.recompiles += 1
             counters["recompiles"] += 1
-            if logs.enabled("recompiles"):
-                logs.log("recompiles", f"recompiling {self.code.co_name} "
-                         f"({self.code.co_filename}:{self.code.co_firstlineno}): guard failed: "
-                         f"{self._failed_guard(fn, args, kwargs)}")
+            recompile_reason = self._failed_guard(fn, args, kwargs)
+            logs.log("recompiles", f"recompiling {self.code.co_name} "
+                     f"({self.code.co_filename}:{self.code.co_firstlineno}): guard failed: {recompile_reason}")
+        else:
+            recompile_reason = None
         # The capture machinery is imported on the first capture: a process whose calls
         # all run stored captures (disk_cache.py) never loads it.
         from ..backends import before_capture
@@ -89,6 +90,7 @@ class CodeCache:
         resume_caller = None if self.resume_cache is None else \
             ResumeCaller(self.resume_cache, options, backend, records)
         entry = capture_call(fn, args, kwargs, options, backend, resume_caller)
+        entry.recompile_reason = recompile_reason
         if entry.disk_record is not None:
             if use_disk and self._disk_key is not None:
                 disk_cache.store_record(options, self._disk_key, entry.disk_record)

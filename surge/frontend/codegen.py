@@ -7,9 +7,10 @@ plain Python source (printed under ``SURGE_LOGS=guards``), executed once.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 
-from .guards import GuardSet
+from .guards import GuardSet, describe_actual
 from .sources import ConstSource, ConstTable, Source
 
 
@@ -132,8 +133,12 @@ def identity_target(guard) -> str | None:
     return None
 
 
+_ABSENT = object()  # a failing guard's value that could not even be read
+
+
 def generate_diagnosis(guards: GuardSet, consts: ConstTable):
-    """A function returning the text of the first failing guard (run on a cache miss only)."""
+    """A function returning the text of the first failing guard and the value it saw,
+    ``L['n'] == 8 failed: actual 9`` (run on a cache miss only)."""
     codegen = EntryCodegen(consts)
     lines = ["def diagnose(fn, args, kwargs):"]
     for i, guard in enumerate(guards.guards):
@@ -141,14 +146,33 @@ def generate_diagnosis(guards: GuardSet, consts: ConstTable):
         cond = codegen.condition(guard)
         new = codegen.lines[before:]
         del codegen.lines[before:]
+        value = codegen.value_of(guard.source) if guard.source is not None else "ABSENT"
         lines.append("    try:")
         lines += _indent(new, 2)
         lines.append(f"        ok = {cond}")
         lines.append("    except Exception:")
         lines.append("        ok = False")
-        lines.append(f"    if not ok: return TEXTS[{i}]")
+        lines.append("    if not ok:")
+        lines.append("        try:")
+        lines.append(f"            actual = {value}")
+        lines.append("        except Exception:")  # reading the value failed (a missing attribute)
+        lines.append("            actual = ABSENT")
+        lines.append(f"        return failed({i}, actual)")
     lines.append("    return None")
     namespace = dict(consts.values)
-    namespace["TEXTS"] = [g.text for g in guards.guards]
+    namespace.update(failed=functools.partial(_failure_text, guards.guards), ABSENT=_ABSENT)
     exec(compile("\n".join(lines) + "\n", "<surge_guard_diagnosis>", "exec"), namespace)
     return namespace["diagnose"]
+
+
+def _failure_text(guards: list, index: int, actual) -> str:
+    guard = guards[index]
+    if actual is _ABSENT and guard.source is not None:
+        return f"{guard.text} failed: {guard.source.name()} could not be read"
+    if actual is _ABSENT and guard.actual is None:  # a global-state check without a value to show
+        return f"{guard.text} failed"
+    try:
+        seen = (guard.actual or describe_actual)(actual)
+    except Exception as why:  # a value whose repr raises: the guard's text still says which
+        seen = f"(not describable: {type(why).__name__})"
+    return f"{guard.text} failed: actual {seen}"

@@ -33,6 +33,7 @@ class ExplainReport:
     break_reasons: list = field(default_factory=list)
     ops_per_graph: list = field(default_factory=list)
     fallbacks: list = field(default_factory=list)  # BreakReason of each frame run eagerly
+    recompile_reasons: list = field(default_factory=list)  # the failing guard (and value) of each recompile
     compile_times: list = field(default_factory=list)
     compile_records: list = field(default_factory=list)  # phases.CompileRecord made during the call
     out: object = None
@@ -59,6 +60,9 @@ class ExplainReport:
         for i, (gm, ops) in enumerate(zip(self.graphs, self.ops_per_graph), 1):
             lines.append(f"Graph {i}: {len(ops)} ops: {', '.join(ops)}")
             lines.append("    " + gm.code.strip().replace("\n", "\n    "))
+        if self.recompile_reasons:
+            lines.append("Recompile reasons:")
+            lines.extend(f"  {i}. {reason}" for i, reason in enumerate(self.recompile_reasons, 1))
         for i, text in enumerate(self.guards, 1):
             lines.append(f"Guards of cache entry {i}:")
             lines.extend("  " + line for line in text.splitlines())
@@ -85,6 +89,8 @@ def explain(fn_or_module, options: Options):
             report.compile_times.append(entry.compile_seconds)
             if entry.graph_break is not None:
                 report.break_reasons.append(entry.graph_break)
+            if entry.recompile_reason is not None:
+                report.recompile_reasons.append(entry.recompile_reason)
             if entry.fallback is not None:
                 report.fallbacks.append(entry.fallback)
                 report.break_reasons.append(entry.fallback)

@@ -26,6 +26,8 @@ class Guard:
     condition: str         # Python expression; "{v}" is the source's value
     text: str              # readable form for explain / logs
     other: Source | None = None  # a second source, "{w}", for guards relating two values
+    # The failing value for a recompile message: value -> text (default: describe_actual)
+    actual: object = None
 
     def key(self):
         return (self.source, self.condition, self.other)
@@ -37,8 +39,9 @@ class GuardSet:
         self.guards: list[Guard] = []
         self._keys: set = set()
 
-    def add(self, source: Source | None, condition: str, text: str, other: Source | None = None) -> None:
-        guard = Guard(source, condition, text, other)
+    def add(self, source: Source | None, condition: str, text: str, other: Source | None = None,
+            actual=None) -> None:
+        guard = Guard(source, condition, text, other, actual)
         if guard.key() in self._keys:
             return
         self._keys.add(guard.key())
@@ -60,7 +63,7 @@ class GuardSet:
             f"{source.name()}: {type(value).__name__}({str(value.dtype).replace('torch.', '')}, "
             f"{value.device}, shape={list(shape)}, stride={list(stride)}, requires_grad={value.requires_grad})"
         )
-        self.add(source, condition, text)
+        self.add(source, condition, text, actual=_tensor_difference(_tensor_fields(value)))
 
     def constant(self, source: Source, value) -> None:
         if value is None or isinstance(value, bool) or value is Ellipsis:
@@ -131,13 +134,16 @@ class GuardSet:
         self.consts.values["is_grad_enabled"] = torch.is_grad_enabled
         self.consts.values["get_default_dtype"] = torch.get_default_dtype
         dtype = self.consts.ref(default_dtype, str(default_dtype).replace("torch.", ""))
-        self.add(None, f"is_grad_enabled() is {grad_enabled}", f"torch.is_grad_enabled() is {grad_enabled}")
-        self.add(None, f"get_default_dtype() is {dtype}", f"torch.get_default_dtype() is {default_dtype}")
+        self.add(None, f"is_grad_enabled() is {grad_enabled}", f"torch.is_grad_enabled() is {grad_enabled}",
+                 actual=lambda _: str(torch.is_grad_enabled()))
+        self.add(None, f"get_default_dtype() is {dtype}", f"torch.get_default_dtype() is {default_dtype}",
+                 actual=lambda _: str(torch.get_default_dtype()))
         # An entry captured outside autocast must not serve a call inside an autocast
         # region (its ops would run in other dtypes): one C call.
         self.consts.values["is_any_autocast_enabled"] = torch._C._is_any_autocast_enabled
         if not torch._C._is_any_autocast_enabled():
-            self.add(None, "is_any_autocast_enabled() is False", "autocast is not enabled")
+            self.add(None, "is_any_autocast_enabled() is False", "autocast is not enabled",
+                     actual=lambda _: "autocast is enabled")
 
     def render(self) -> str:
         return "\n".join(g.text for g in self.guards)
@@ -155,3 +161,35 @@ def _describe(value) -> str:
     if isinstance(value, (types.FunctionType, type)):
         return f"{getattr(value, '__qualname__', value)} (id {id(value):#x})"
     return f"<{type(value).__qualname__} object id {id(value):#x}>"
+
+
+# ---- what a failing guard saw (recompile messages) --------------------------
+
+def _tensor_fields(value) -> dict:
+    return {"type": type(value).__name__, "dtype": str(value.dtype).replace("torch.", ""),
+            "device": str(value.device), "shape": list(value.shape), "stride": list(value.stride()),
+            "requires_grad": value.requires_grad}
+
+
+def _tensor_difference(expected: dict):
+    """The fields of a tensor guard the new value does not match: ``shape=[9] (expected [8])``."""
+    def describe(value) -> str:
+        if not isinstance(value, torch.Tensor):
+            return describe_actual(value)
+        actual = _tensor_fields(value)
+        differing = [f"{name}={actual[name]} (expected {expected[name]})" for name in expected
+                     if actual[name] != expected[name]]
+        return ", ".join(differing) or describe_actual(value)
+    return describe
+
+
+def describe_actual(value) -> str:
+    """A value as a failing guard reports it."""
+    if isinstance(value, torch.Tensor):
+        return ", ".join(f"{k}={v}" for k, v in _tensor_fields(value).items())
+    if type(value) in VALUE_TYPES:
+        text = repr(value)
+        return text if len(text) <= 80 else text[:77] + "..."
+    if isinstance(value, (list, tuple, dict)):
+        return f"{type(value).__qualname__} of length {len(value)}"
+    return _describe(value)

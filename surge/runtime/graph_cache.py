@@ -302,6 +302,10 @@ class CacheSpec:
             return None
         counters["graph_cache_hits"] += 1
         logs.log("perf", f"graph cache: hit {key[:12]}")
+        if logs.enabled("output_code"):  # as a fresh compile prints it
+            for compiled in (forward, backward):
+                if getattr(compiled, "source", None) is not None:
+                    logs.log("output_code", f"{compiled.path} (from the graph cache)\n{compiled.source}")
         return entry.program, forward, backward
 
     def store(self, key: str, program, forward, backward=None) -> bool:
