@@ -17,7 +17,7 @@ import torch
 from ..sources import AttrSource, ItemSource
 from .base import unsupported
 from .autocast import wrap_autocast_object
-from .builtins import BUILTIN_RULES, BuiltinVariable
+from .builtins import BUILTIN_RULES, BuiltinVariable, adopt_dynamo_graph_break
 from .constant import ConstantVariable, is_constant_value
 from .containers import DictVariable, IteratorVariable, ListVariable, SetVariable, TupleVariable
 from .functions import (
@@ -179,7 +179,7 @@ def _wrap_callable_or_object(tx, value, source):
 
 def _has_rule(value) -> bool:
     try:
-        return value in BUILTIN_RULES
+        return value in BUILTIN_RULES or adopt_dynamo_graph_break(value)
     except TypeError:  # unhashable
         return False
 

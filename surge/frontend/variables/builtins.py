@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import sys
+import types
 
 import torch
 
@@ -164,6 +166,27 @@ def _object_setattr(tx, obj, name, value):
 @builtin(__import__("surge").api.graph_break)
 def _graph_break(tx):
     unsupported("graph break requested (surge.graph_break())")
+
+
+# torch.compile's graph_break(), in code written for torch.compile: a break as
+# surge.graph_break() is. Known by module and name, and only once the user's code has
+# imported it: surge never imports torch._dynamo itself (runtime/lazy_dynamo.py).
+_DYNAMO_GRAPH_BREAK = ("torch._dynamo.decorators", "graph_break")
+
+
+def adopt_dynamo_graph_break(value) -> bool:
+    """Whether ``value`` is torch._dynamo's graph_break (given a rule on first sight)."""
+    module_name, name = _DYNAMO_GRAPH_BREAK
+    if not isinstance(value, types.FunctionType) or value.__module__ != module_name or value.__name__ != name:
+        return False
+    module = sys.modules.get(module_name)
+    if module is None or getattr(module, name, None) is not value:
+        return False
+
+    def rule(tx, *args, **kwargs):
+        unsupported("graph break requested (torch._dynamo.graph_break())")
+    BUILTIN_RULES[value] = rule
+    return True
 
 
 @builtin(id)
