@@ -4,10 +4,17 @@ A compiled function is a thin wrapper: try each cache entry's generated
 function, and on a miss capture a new entry. A compiled module is an
 ``nn.Module`` that shares the original's parameters, buffers, submodules and
 ``state_dict`` and whose forward is the compiled forward of the original.
+
+Both pickle (``pickle``, ``torch.save``) as what they compile plus the options,
+and come back compiled, with empty caches: the first call after loading
+compiles again (or runs a capture kept on disk). Caches and compiled graphs
+belong to a process and are never pickled.
 """
 from __future__ import annotations
 
 import functools
+import importlib
+import pickle
 import types
 
 import torch
@@ -22,7 +29,7 @@ def compile_callable(fn_or_module, options: Options, cache_factory=cache_for, re
     if isinstance(fn_or_module, torch.nn.Module):
         return CompiledModule(fn_or_module, options, cache_factory, records)
     fn, bound_self = _python_function(fn_or_module)
-    call = make_wrapper(fn, options, cache_factory, records)
+    call = CompiledFunction(fn, options, cache_factory, records)
     if bound_self is None:
         return call
 
@@ -50,32 +57,83 @@ def _python_function(obj):
     )
 
 
-def make_wrapper(fn: types.FunctionType, options: Options, cache_factory, records=None):
-    backend = lookup_backend(options.backend, options)
-    cache = cache_factory(fn.__code__, backend, options.fullgraph)
-    runners = cache.runners
+class CompiledFunction:
+    """``surge.compile(fn)``: each call tries the cache's entries, a miss captures one.
 
-    @functools.wraps(fn)
-    def surge_compiled(*args, **kwargs):
-        for run in runners:
+    It looks like ``fn`` (name, doc, ``__wrapped__``) and binds as a method when it is
+    a class attribute, as a function does."""
+
+    def __init__(self, fn: types.FunctionType, options: Options, cache_factory=cache_for, records=None):
+        self._surge_original = fn
+        self._surge_options = options
+        self._backend = lookup_backend(options.backend, options)
+        self._surge_cache = cache_factory(fn.__code__, self._backend, options.fullgraph)
+        self._runners = self._surge_cache.runners  # read on every call: the hot path
+        self._records = records
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        fn = self._surge_original
+        for run in self._runners:
             result = run(fn, args, kwargs)
             if result is not MISS:
                 return result
-        return cache.miss(fn, args, kwargs, options, backend, records)
+        return self._surge_cache.miss(fn, args, kwargs, self._surge_options, self._backend, self._records)
 
-    surge_compiled._surge_original = fn
-    surge_compiled._surge_cache = cache
-    return surge_compiled
+    def __get__(self, instance, owner=None):
+        return self if instance is None else types.MethodType(self, instance)
+
+    def __repr__(self):
+        return f"<surge-compiled function {self._surge_original.__qualname__}>"
+
+    def __reduce__(self):
+        # Functions pickle by reference (module and name). A decorated function is
+        # found under its name as this object itself; a function compiled under
+        # another name is stored as the function plus the options, compiled again on load.
+        fn = self._surge_original
+        found = _find_by_name(fn)
+        if found is self:
+            return fn.__qualname__
+        if found is fn:
+            return _compiled_again, (fn, self._surge_options)
+        code = fn.__code__
+        raise pickle.PicklingError(
+            f"cannot pickle the surge-compiled function {fn.__qualname__} ({code.co_filename}:"
+            f"{code.co_firstlineno}): pickle stores a function by its module and name, and "
+            f"{fn.__module__}.{fn.__qualname__} is neither this function nor the one it compiles "
+            "(a lambda, a nested function, or a name bound to something else)")
+
+
+def _find_by_name(fn):
+    """What ``fn``'s module and qualified name lead to in this process, or None."""
+    if "<locals>" in fn.__qualname__ or "<lambda>" in fn.__qualname__:
+        return None
+    try:
+        obj = importlib.import_module(fn.__module__)
+        for part in fn.__qualname__.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError, TypeError):
+        return None
+    return obj
+
+
+def _compiled_again(fn_or_module, options: Options):
+    """What a pickled compiled function or module loads as: compiled again, same options."""
+    from ..runtime.lazy_dynamo import defer_dynamo_import
+
+    defer_dynamo_import()  # as surge.compile does
+    return compile_callable(fn_or_module, options)
 
 
 class CompiledModule(torch.nn.Module):
     """A module whose forward is compiled; everything else is the original module's."""
 
-    _OWN_ATTRIBUTES = ("_orig_mod", "_compiled_forward")
+    _OWN_ATTRIBUTES = ("_orig_mod", "_compiled_forward", "_surge_options")
 
     def __init__(self, module: torch.nn.Module, options: Options, cache_factory=cache_for, records=None):
         super().__init__()
         object.__setattr__(self, "_orig_mod", module)
+        object.__setattr__(self, "_surge_options", options)
         # Share the tables state_dict(), parameters(), to(), ... walk, so both
         # modules always see the same tensors and submodules, with the same names.
         for table in ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"):
@@ -84,7 +142,7 @@ class CompiledModule(torch.nn.Module):
             fn, bound_self = _python_function(module.__dict__["forward"])
         else:
             fn, bound_self = type(module).forward, module
-        call = make_wrapper(fn, options, cache_factory, records)
+        call = CompiledFunction(fn, options, cache_factory, records)
         object.__setattr__(self, "_compiled_forward",
                            call if bound_self is None else functools.partial(call, bound_self))
 
@@ -132,3 +190,8 @@ class CompiledModule(torch.nn.Module):
 
     def __delattr__(self, name):
         delattr(self._orig_mod, name)
+
+    def __reduce__(self):
+        # The original module (parameters, buffers, submodules) and the options;
+        # loading compiles it again, as torch.compile's wrapper does.
+        return _compiled_again, (self._orig_mod, self._surge_options)

@@ -17,6 +17,7 @@ import torch
 from ..sources import AttrSource, ItemSource
 from .base import unsupported
 from .autocast import wrap_autocast_object
+from ..entry import CompiledFunction
 from .builtins import BUILTIN_RULES, BuiltinVariable, adopt_dynamo_graph_break
 from .constant import ConstantVariable, is_constant_value
 from .containers import DictVariable, IteratorVariable, ListVariable, SetVariable, TupleVariable
@@ -146,7 +147,7 @@ def _wrap_callable_or_object(tx, value, source):
     if isinstance(value, CACHE_WRAPPER_TYPE) and isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
         return cached_function_variable(tx, value, source)
     original = getattr(value, "_surge_original", None)
-    if original is not None and isinstance(value, types.FunctionType):
+    if original is not None and isinstance(value, (types.FunctionType, CompiledFunction)):
         # A function compiled on its own, called from compiled code: inline its original.
         return wrap_value(tx, original, None)
     if isinstance(value, types.FunctionType):
