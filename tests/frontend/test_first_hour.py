@@ -327,3 +327,23 @@ def test_compiled_functions_pickle_by_reference_or_say_why_not():
     assert pickle.loads(pickle.dumps(decorated_in_place)) is decorated_in_place
     with pytest.raises(pickle.PicklingError, match=f"<lambda> \\(.*{HERE}:[0-9]+\\).*module and name"):
         pickle.dumps(surge.compile(lambda x: x))
+
+
+def stored_then_failing(x):
+    return torch.cos(x) + 2
+
+
+def test_a_backend_failing_on_a_stored_capture_is_announced(monkeypatch, caplog, tmp_path):
+    import surge.backends as backends
+
+    options = {"frontend_cache": True, "cache_dir": str(tmp_path)}
+    x = torch.randn(3)
+    same(surge.compile(stored_then_failing, backend="eager", options=options)(x), stored_then_failing(x))
+    surge.reset()  # as a new process: the next call runs the capture stored on disk
+    monkeypatch.setitem(backends._LOADED, "eager", lambda gm, inputs, options: exploding_backend(gm, inputs))
+    monkeypatch.setattr(backends, "_BOUND", {})
+    with caplog.at_level(logging.WARNING, logger="surge"):
+        same(surge.compile(stored_then_failing, backend="eager", options=options)(x), stored_then_failing(x))
+    assert surge.counters["frontend_disk_hits"] == 1 and surge.counters.fallbacks == 1
+    [warning] = surge_warnings(caplog)
+    assert "stored_then_failing" in warning and "backend exploded" in warning and "disk cache" in warning
