@@ -2,13 +2,14 @@
 
 A frame or a graph that runs eagerly for a reason the user did not ask for (a
 backend error, an internal error, a dtype a backend refuses, an unusable cache,
-the cache size limit, ...) is reported by ``announce(reason)``: it is counted in
-``surge.counters["fallbacks"]``, logged on the ``fallbacks`` channel, and warned
-about once per code object (the user's function, file:line, the reason in one
-line, and how to see more), whatever the log channels; ``SURGE_LOGS=-fallbacks``
-or ``options={"warn_fallbacks": False}`` silence the warning. What capture cannot
-handle (graph breaks, and frames it cannot split) is not warned about: that is
-capture's ordinary behaviour, shown by ``surge.explain``.
+the cache size limit, a frame capture can neither capture nor split, ...) is
+reported by ``announce(reason)``: it is counted in ``surge.counters["fallbacks"]``,
+logged on the ``fallbacks`` channel, and warned about once per code object (the
+user's function, file:line, the reason in one line, and how to see more),
+whatever the log channels; ``SURGE_LOGS=-fallbacks`` or
+``options={"warn_fallbacks": False}`` silence the warning. A graph break is not a
+fallback (both sides of it are compiled; ``surge.explain`` shows it) and is not
+warned about.
 
 Backends do not see the user's code object. The frontend opens ``at_user_code``
 while it captures a call or hands a stored graph to a backend; the aot layer keeps

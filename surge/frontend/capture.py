@@ -100,7 +100,7 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
         if fn.__code__ is DECORATE_CONTEXT_CODE and resume_caller is not None:
             return _context_decorated_entry(fn, resume_caller.callees, start)
         if point is None or resume_caller is None:
-            return _fallback(failed.tracer, fn, error, start, failed.kind)
+            return _fallback(failed.tracer, fn, error, start)
         try:
             return _capture(fn, args, kwargs, options, backend, start,
                             stop=BreakPoint(point[0], point[1], _reason(error), resume_caller))
@@ -115,19 +115,15 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
             why = Unsupported(f"{error.reason} (and the frame cannot be split there: {again.error.reason})",
                               error.location)
             why.source_text = getattr(error, "source_text", "")
-            return _fallback(again.tracer, fn, why, start, again.kind)
+            return _fallback(again.tracer, fn, why, start)
 
 
 class _Failed(Exception):
-    """Capture of the frame failed with ``error``: the caller decides between a break and a fallback.
+    """Capture of the frame failed with ``error``: the caller decides between a break and a fallback."""
 
-    ``kind``: "unsupported" (capture cannot handle a construct: a graph break, shown by
-    explain), "backend" (the backend raised) or "internal" (a bug in surge)."""
-
-    def __init__(self, tracer, error: Unsupported, kind: str = "unsupported"):
+    def __init__(self, tracer, error: Unsupported):
         self.tracer = tracer
         self.error = error
-        self.kind = kind
 
 
 def _reason(error: Unsupported) -> BreakReason:
@@ -177,7 +173,7 @@ def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None 
             raise _with_context(e.__cause__, fn, None, "the backend's compile of the captured graph")
         if options.fullgraph:
             raise
-        raise _Failed(tracer, Unsupported(str(e)), "backend") from None
+        raise _Failed(tracer, Unsupported(str(e))) from None
     except Exception as e:
         where = tracer.current_frame
         location = f"{where.code.co_filename}:{where.lineno()}" if where is not None else None
@@ -186,7 +182,7 @@ def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None 
         if options.fullgraph:
             raise InternalError(f"surge failed while capturing {fn.__qualname__}: "
                                 f"{type(e).__name__}: {e}" + (f"\n  at {location}" if location else "")) from e
-        raise _Failed(tracer, Unsupported(f"internal error: {type(e).__name__}: {e}", location), "internal") from None
+        raise _Failed(tracer, Unsupported(f"internal error: {type(e).__name__}: {e}", location)) from None
 
 
 def _with_context(error: BaseException, fn, location: str | None, phase: str) -> BaseException:
@@ -308,11 +304,9 @@ def _context_decorated_entry(fn, callees, start) -> CacheEntry:
     return entry
 
 
-def _fallback(tracer: Tracer, fn, error: Unsupported, start, kind: str) -> CacheEntry:
+def _fallback(tracer: Tracer, fn, error: Unsupported, start) -> CacheEntry:
     reason = _reason(error)
-    # What capture cannot handle is its ordinary behaviour (explain shows it); a
-    # backend's or surge's own failure is announced with a warning.
-    fallbacks.announce(reason.reason, location=reason.location, warn=kind != "unsupported")
+    fallbacks.announce(reason.reason, location=reason.location)
     source, run = generate_entry(tracer.guards, tracer.consts, input_sources=[], return_expr=None,
                                  run_eagerly=True, counters=counters)
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer),

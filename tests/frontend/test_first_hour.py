@@ -347,3 +347,12 @@ def test_a_backend_failing_on_a_stored_capture_is_announced(monkeypatch, caplog,
     assert surge.counters["frontend_disk_hits"] == 1 and surge.counters.fallbacks == 1
     [warning] = surge_warnings(caplog)
     assert "stored_then_failing" in warning and "backend exploded" in warning and "disk cache" in warning
+
+
+def test_a_frame_capture_cannot_handle_warns(caplog):
+    compiled = surge.compile(add_one, backend=Recorder())
+    x = torch.randn(2)
+    with caplog.at_level(logging.WARNING, logger="surge"), torch.inference_mode():
+        same(compiled(x), x + 1)
+    [warning] = surge_warnings(caplog)
+    assert "add_one" in warning and "inference mode" in warning and surge.counters.fallbacks == 1
