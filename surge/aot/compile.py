@@ -66,6 +66,10 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs, *, fw_compiler: Compil
     return compiled
 
 
+# The variant of a later call that could not be compiled: the torch-level graph runs eagerly.
+_NOT_COMPILED = object()
+
+
 class AotCompiled:
     """The callable aot_compile returns; one compiled variant per grad-ness and autocast state."""
 
@@ -99,6 +103,8 @@ class AotCompiled:
         inputs = list(args) + self.state_values()
         autocast = _autocast_state()
         runner = self.variant_for(inputs, autocast)
+        if runner is _NOT_COMPILED:
+            return self.gm(*args)
         if runner.program.mutated_inputs and _mutated_input_aliases(runner.program.mutated_inputs, inputs):
             return self._run_eagerly(args)
         if autocast:
@@ -139,8 +145,17 @@ class AotCompiled:
                 runner = self._cached_runner(cache_key) if cache_key else None
                 hit = runner is not None
                 if not hit:
-                    runner = (self._compile_training(inputs, list(flags)) if training
-                              else self._compile_inference(inputs))
+                    try:
+                        runner = (self._compile_training(inputs, list(flags)) if training
+                                  else self._compile_inference(inputs))
+                    except Exception as error:
+                        if not self.variants or self.options.raise_internal_errors or self.options.fullgraph:
+                            raise  # the first variant: the frontend runs the whole frame eagerly
+                        # a later call's variant: never fail the user's program
+                        fallbacks.announce(f"its {'training' if training else 'inference'} variant could not be "
+                                           f"compiled ({type(error).__name__}: {error}); such calls run the "
+                                           "graph eagerly", graph=True, options=self.options)
+                        runner, cache_key = _NOT_COMPILED, None
                     if cache_key:
                         self.cache.store(cache_key, runner.program, runner.forward, getattr(runner, "backward", None))
             self.variants[key] = runner

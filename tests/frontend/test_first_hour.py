@@ -356,3 +356,30 @@ def test_a_frame_capture_cannot_handle_warns(caplog):
         same(compiled(x), x + 1)
     [warning] = surge_warnings(caplog)
     assert "add_one" in warning and "inference mode" in warning and surge.counters.fallbacks == 1
+
+
+def test_a_variant_that_fails_to_compile_on_a_later_call_runs_the_graph_eagerly(caplog):
+    from surge.aot import aot_compile
+    from surge.aot.backend import run_graph
+
+    def gelu_scaled(x):
+        return torch.nn.functional.gelu(x) * 3
+
+    compiled_graphs = []
+
+    def inference_only(aten_gm, example_inputs):  # a compiler that fails on the training graphs
+        if compiled_graphs:
+            raise NotImplementedError("no training graphs here")
+        compiled_graphs.append(aten_gm)
+        return run_graph(aten_gm, example_inputs)
+
+    gm = torch.fx.symbolic_trace(gelu_scaled)
+    compiled = aot_compile(gm, [torch.randn(3)], fw_compiler=inference_only)
+    x = torch.randn(3, requires_grad=True)
+    with caplog.at_level(logging.WARNING, logger="surge"):
+        out = compiled(x)
+    torch.testing.assert_close(out, gelu_scaled(x))
+    out.sum().backward()  # eager autograd: the graph ran op by op
+    assert x.grad is not None and surge.counters.fallbacks == 1
+    [warning] = surge_warnings(caplog)
+    assert "training variant could not be compiled" in warning and "no training graphs here" in warning
