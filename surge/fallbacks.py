@@ -106,6 +106,15 @@ def announce(reason: str, *, graph: bool = False, location: str | None = None, o
     _logger.warning("surge: %s. %s", message, HOW_TO_SEE_MORE)
 
 
+def with_context(error: BaseException, phase: str, location: str | None = None) -> BaseException:
+    """``error`` with a note naming the user's code open now, the phase and the line:
+    what ``raise_internal_errors`` raises instead of falling back."""
+    site = _site.get()
+    where = "" if site is None else f" of {site.name} ({site.location})"
+    error.add_note(f"surge: raised during {phase}{where}" + (f", at {location}" if location else ""))
+    return error
+
+
 def forget_warnings() -> None:
     """Warn again about code already warned about (``surge.reset``)."""
     _warned_codes.clear()

@@ -106,7 +106,7 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
             source, _ = generate_module(schedule, persistent_limit)
         except Exception as error:
             if options.raise_internal_errors:
-                raise
+                raise fallbacks.with_context(error, "the triton backend's lowering and codegen")
             # never fail the user's program: run this graph's ATen ops as they are
             fallbacks.announce(f"the triton backend could not compile it: {type(error).__name__}: {error}",
                                graph=True, options=options)

@@ -170,7 +170,7 @@ def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None 
         raise _Failed(tracer, e) from None
     except BackendCompilerFailed as e:
         if options.raise_internal_errors and e.__cause__ is not None:
-            raise _with_context(e.__cause__, fn, None, "the backend's compile of the captured graph")
+            raise fallbacks.with_context(e.__cause__, "the backend's compile of the captured graph")
         if options.fullgraph:
             raise
         raise _Failed(tracer, Unsupported(str(e))) from None
@@ -178,20 +178,11 @@ def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None 
         where = tracer.current_frame
         location = f"{where.code.co_filename}:{where.lineno()}" if where is not None else None
         if options.raise_internal_errors:
-            raise _with_context(e, fn, location, "capture")
+            raise fallbacks.with_context(e, "capture", location)
         if options.fullgraph:
             raise InternalError(f"surge failed while capturing {fn.__qualname__}: "
                                 f"{type(e).__name__}: {e}" + (f"\n  at {location}" if location else "")) from e
         raise _Failed(tracer, Unsupported(f"internal error: {type(e).__name__}: {e}", location)) from None
-
-
-def _with_context(error: BaseException, fn, location: str | None, phase: str) -> BaseException:
-    """``error`` as raised, with a note naming the frame, the user's line and the phase
-    (``raise_internal_errors``: the original exception, not a fallback)."""
-    code = fn.__code__
-    error.add_note(f"surge: raised during {phase} of {fn.__qualname__} "
-                   f"({code.co_filename}:{code.co_firstlineno})" + (f", at {location}" if location else ""))
-    return error
 
 
 def _refuse_unmodeled_modes(tracer: Tracer) -> None:

@@ -419,7 +419,7 @@ class _GraphOnFirstCall:
                 compiled = call_backend(self.backend, gm, list(args))
             except BackendCompilerFailed as e:  # as a capture's backend failure: this graph runs eagerly
                 if self.options.raise_internal_errors:
-                    raise e.__cause__ or e
+                    raise fallbacks.with_context(e.__cause__ or e, "the backend's compile of a stored graph")
                 if self.options.fullgraph:
                     raise
                 fallbacks.announce(f"{e} (a graph stored in the frontend disk cache)")
