@@ -83,8 +83,8 @@ def announce(reason: str, *, graph: bool = False, location: str | None = None, o
     """
     site = _site.get()
     one_line = " ".join(str(reason).split())
-    if len(one_line) > 300:
-        one_line = one_line[:297] + "..."
+    if len(one_line) > 500:
+        one_line = one_line[:497] + "..."
     subject = "a graph" if site is None else f"{'a graph of ' if graph else ''}{site.name}"
     where = location or (site.location if site is not None else None)
     message = f"{subject}{f' ({where})' if where else ''} {outcome}: {one_line}"

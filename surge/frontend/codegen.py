@@ -169,8 +169,8 @@ def _failure_text(guards: list, index: int, actual) -> str:
     guard = guards[index]
     if actual is _ABSENT and guard.source is not None:
         return f"{guard.text} failed: {guard.source.name()} could not be read"
-    if actual is _ABSENT and guard.actual is None:  # a global-state check without a value to show
-        return f"{guard.text} failed"
+    if guard.actual is None and (actual is _ABSENT or guard.other is not None):
+        return f"{guard.text} failed"  # a global-state check, or a relation: its text says what failed
     try:
         seen = (guard.actual or describe_actual)(actual)
     except Exception as why:  # a value whose repr raises: the guard's text still says which

@@ -99,28 +99,31 @@ class GuardSet:
 
     def type_is(self, source: Source, cls: type) -> None:
         ref = self.consts.ref(cls, cls.__name__)
-        self.add(source, f"type({{v}}) is {ref}", f"type({source.name()}) is {cls.__qualname__}")
+        self.add(source, f"type({{v}}) is {ref}", f"type({source.name()}) is {cls.__qualname__}",
+                 actual=lambda v: type(v).__qualname__)
 
     def length(self, source: Source, cls: type, n: int) -> None:
         ref = self.consts.ref(cls, cls.__name__)
         self.add(source, f"type({{v}}) is {ref} and len({{v}}) == {n}",
-                 f"type({source.name()}) is {cls.__qualname__} and len == {n}")
+                 f"type({source.name()}) is {cls.__qualname__} and len == {n}", actual=_type_and_length)
 
     def dict_keys(self, source: Source, cls: type, keys: tuple) -> None:
         ref = self.consts.ref(cls, cls.__name__)
         self.add(source, f"type({{v}}) is {ref} and tuple({{v}}) == {keys!r}",
-                 f"type({source.name()}) is {cls.__qualname__} and keys == {list(keys)!r}")
+                 f"type({source.name()}) is {cls.__qualname__} and keys == {list(keys)!r}",
+                 actual=lambda v: f"{type(v).__qualname__} with keys {list(v)!r}")
 
     def hooks(self, source: Source, pre_hooks: tuple, hooks: tuple) -> None:
         if not pre_hooks and not hooks:
             self.add(source, "not ({v}._forward_hooks or {v}._forward_pre_hooks)",
-                     f"{source.name()} has no forward hooks")
+                     f"{source.name()} has no forward hooks", actual=_hook_counts(0, 0))
             return
         pre = "(" + "".join(self.consts.ref(h, "hook") + ", " for h in pre_hooks) + ")"
         post = "(" + "".join(self.consts.ref(h, "hook") + ", " for h in hooks) + ")"
         self.add(source, f"tuple({{v}}._forward_pre_hooks.values()) == {pre} and "
                          f"tuple({{v}}._forward_hooks.values()) == {post}",
-                 f"{source.name()} has {len(pre_hooks)} forward pre-hooks and {len(hooks)} forward hooks")
+                 f"{source.name()} has {len(pre_hooks)} forward pre-hooks and {len(hooks)} forward hooks",
+                 actual=_hook_counts(len(pre_hooks), len(hooks)))
 
     def same_object(self, a: Source, b: Source, same: bool) -> None:
         """Two inputs are (or are not) one object: the trace's ``is`` depended on it."""
@@ -164,6 +167,21 @@ def _describe(value) -> str:
 
 
 # ---- what a failing guard saw (recompile messages) --------------------------
+
+def _type_and_length(value) -> str:
+    try:
+        return f"{type(value).__qualname__} of length {len(value)}"
+    except TypeError:
+        return type(value).__qualname__
+
+
+def _hook_counts(expected_pre: int, expected_post: int):
+    def describe(module) -> str:
+        pre, post = len(module._forward_pre_hooks), len(module._forward_hooks)
+        same = " (other hook functions)" if (pre, post) == (expected_pre, expected_post) else ""
+        return f"{pre} forward pre-hooks and {post} forward hooks{same}"
+    return describe
+
 
 def _tensor_fields(value) -> dict:
     return {"type": type(value).__name__, "dtype": str(value.dtype).replace("torch.", ""),
