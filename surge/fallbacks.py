@@ -29,6 +29,7 @@ import weakref
 
 from . import logs
 from .counters import counters
+from .options import Options
 
 _logger = logging.getLogger("surge")
 
@@ -69,7 +70,7 @@ def current_site() -> UserSite | None:
     return _site.get()
 
 
-def announce(reason: str, *, graph: bool = False, location: str | None = None, options=None,
+def announce(reason: str, *, graph: bool = False, location: str | None = None, options: Options | None = None,
              counted: bool = True, warn: bool = True, outcome: str = "runs eagerly") -> None:
     """Report that the current user code (``at_user_code``) ``outcome``s because of ``reason``.
 
@@ -78,8 +79,7 @@ def announce(reason: str, *, graph: bool = False, location: str | None = None, o
     line). ``options``: the ``Options`` of a layer that has them (their
     ``warn_fallbacks`` counts as well as the site's). ``counted=False`` for what does
     not run eagerly (a stored artifact ignored and rebuilt); ``warn=False`` for what
-    the user already sees otherwise (capture's own fallbacks, shown by explain; a
-    warning of its own).
+    runs no slower, or is warned about elsewhere (the cpp backend's missing compiler).
     """
     site = _site.get()
     one_line = " ".join(str(reason).split())
@@ -93,7 +93,7 @@ def announce(reason: str, *, graph: bool = False, location: str | None = None, o
     logs.log("fallbacks", message)
     if not warn or logs.removed("fallbacks") or (site is not None and not site.warn):
         return
-    if options is not None and not getattr(options, "warn_fallbacks", True):
+    if options is not None and not options.warn_fallbacks:
         return
     if site is not None:
         if site.code in _warned_codes:
