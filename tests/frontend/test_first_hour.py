@@ -1,5 +1,6 @@
 """What a new user meets first: fallback warnings, raise_internal_errors, bad backends,
 SURGE_LOGS, recompile messages, counters, torch._dynamo.graph_break() and pickling."""
+import copy
 import inspect
 import io
 import logging
@@ -303,6 +304,11 @@ def test_a_compiled_module_round_trips_through_torch_save_and_comes_back_compile
     again = pickle.loads(pickle.dumps(compiled))
     with torch.no_grad():
         torch.testing.assert_close(again(x), model(x))
+    copied = copy.deepcopy(compiled)  # its own parameters, compiled again
+    with torch.no_grad():
+        copied._orig_mod[0].weight.add_(1.0)
+        torch.testing.assert_close(copied(x), copied._orig_mod(x))
+        assert not torch.allclose(copied(x), model(x))
 
 
 def module_level_relu(x):
