@@ -389,3 +389,20 @@ def test_a_variant_that_fails_to_compile_on_a_later_call_runs_the_graph_eagerly(
     assert x.grad is not None and surge.counters.fallbacks == 1
     [warning] = surge_warnings(caplog)
     assert "training variant could not be compiled" in warning and "no training graphs here" in warning
+
+
+def test_the_compiled_function_object_binds_as_a_method_and_inlines_into_callers():
+    class Scaler:
+        k = 3.0
+
+        @surge.compile(backend=Recorder())
+        def scale(self, x):
+            return x * self.k
+
+    x = torch.randn(2)
+    same(Scaler().scale(x), x * 3.0)
+    assert Scaler.scale.__name__ == "scale" and Scaler.scale.__wrapped__ is not None
+    inner = surge.compile(add_one, backend=Recorder())
+    rec = Recorder()
+    same(surge.compile(lambda y: inner(y) * 2, backend=rec)(x), (x + 1) * 2)
+    assert rec.ops() == ["add", "mul"]  # the compiled callee is captured into the caller's graph
