@@ -13,6 +13,7 @@ import dataclasses
 import gc
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,7 +56,17 @@ class ContenderResult:
     graphs: int | None = None
     graph_breaks: int | None = None
     kernels: int | None = None
+    fallbacks: int | None = None         # frames surge ran eagerly instead of compiling them
+    speedup_spread: float | None = None  # how much the speedup over eager moved between timing rounds
     compile_phases_s: dict | None = None
+
+    def ran_eagerly(self) -> str | None:
+        """Why a compiler's row measured (partly) eager code, or None when it compiled everything."""
+        if self.graphs == 0:
+            return "0 graphs compiled"
+        if self.fallbacks:
+            return f"{self.fallbacks} frames fell back to eager"
+        return None
 
 
 @dataclasses.dataclass
@@ -172,23 +183,48 @@ class _SurgeStructure:
         self.counts_before = dict(counters)
         self.records_before = len(phase_timer.records)
 
-    def finish(self, result: ContenderResult, instance, target, inputs) -> None:
+    def finish(self, result: ContenderResult, instance, target, inputs, backend=None) -> None:
         records = self.phase_timer.records[self.records_before:]
         result.compile_phases_s = self.phase_timer.summary(records)
         after = self.counters
         delta = {k: after[k] - self.counts_before.get(k, 0) for k in after}
         result.graphs = delta.get("graphs")
         result.graph_breaks = delta.get("graph_breaks")
+        result.fallbacks = delta.get("fallbacks")
         # Code-generating backends count what they make in surge.counters["kernels"];
         # a backend that does not leaves the count unknown rather than zero.
         if "kernels" in after:
             result.kernels = delta["kernels"]
-        explained = explain_counts(instance, target, inputs)
+        if result.graphs == 0:
+            return  # nothing compiled: surge.explain's own compile must not make it look otherwise
+        explained = explain_counts(instance, target, inputs, backend)
         if explained is not None:
             result.graphs, result.graph_breaks = explained
 
 
-def explain_counts(instance, target, inputs):
+class _TorchCompileStructure:
+    """Graphs and graph breaks torch.compile made around a first call, from Dynamo's own
+    counters (the bench measures the peer; the library never imports Dynamo)."""
+
+    def __init__(self):
+        import torch._dynamo
+        from torch._dynamo.utils import counters
+
+        torch._dynamo.reset()  # as surge.reset() for surge: an earlier workload's capture must not hide this one's
+        self.counters = counters
+        self.graphs_before = counters["stats"]["unique_graphs"]
+        self.breaks_before = sum(counters["graph_break"].values())
+
+    def finish(self, result: ContenderResult, *unused) -> None:
+        result.graphs = self.counters["stats"]["unique_graphs"] - self.graphs_before
+        result.graph_breaks = sum(self.counters["graph_break"].values()) - self.breaks_before
+
+
+# What counts a compiler's graphs, breaks (and kernels) around its first call.
+STRUCTURE_PROBES = {"surge": _SurgeStructure, "torch.compile": _TorchCompileStructure}
+
+
+def explain_counts(instance, target, inputs, backend=None):
     """(graph count, graph-break count) from surge.explain, or None when it is missing."""
     import surge
 
@@ -196,7 +232,7 @@ def explain_counts(instance, target, inputs):
     if explain is None:
         return None
     with torch.set_grad_enabled(instance.training):
-        report = explain(target)(*inputs)
+        report = explain(target, backend=backend)(*inputs)
     return report.graph_count, report.graph_break_count
 
 
@@ -211,13 +247,19 @@ def prepare_contender(cfg: BenchConfig, instance, name: str, expected, inputs, c
         return ContenderResult(status="not available", message=str(e)), None
     try:
         target = instance.fresh_target()
+        if name == "surge":
+            # Capture afresh (the disk caches stay): a capture an earlier workload of this
+            # process left in memory would hide whether this one compiles or falls back.
+            import surge
+
+            surge.reset()
         # The tiny-size run only measures overhead: no need to explain it again.
-        structure = _SurgeStructure() if name == "surge" and cfg.scale != "tiny" else None
+        structure = STRUCTURE_PROBES[name]() if cfg.scale != "tiny" and name in STRUCTURE_PROBES else None
         compiled = contender.compile(target)
         step = lambda: instance.run(compiled, target, inputs)  # noqa: E731
         result.first_call_s, _ = timing.timed_once(step, cfg.device)
         if structure is not None:
-            structure.finish(result, instance, target, inputs)
+            structure.finish(result, instance, target, inputs, cfg.surge_backend)
         if expected is not None:
             actual = instance.run(compiled, target, check_inputs)
             if reference is not None:
@@ -250,8 +292,10 @@ def run_contenders(cfg: BenchConfig, instance, expected, inputs, check_inputs,
             cfg, instance, name, None if name == "eager" else expected, inputs, check_inputs, reference)
         if step is not None:
             steps[name] = step
+    times = {}
     try:
-        medians = timing.interleaved_medians(steps, cfg.device, budget_s=cfg.budget_s)
+        times = timing.interleaved_times(steps, cfg.device, budget_s=cfg.budget_s)
+        medians = {name: statistics.median(t) for name, t in times.items()}
     except Exception:   # a step that ran once and then failed: time each alone to tell which
         medians = {}
         for name, step in list(steps.items()):
@@ -263,6 +307,8 @@ def run_contenders(cfg: BenchConfig, instance, expected, inputs, check_inputs,
     for name, step in steps.items():
         result = results[name]
         result.median_s = medians.get(name)
+        if name != "eager" and name in times and "eager" in times:
+            result.speedup_spread = timing.speedup(times["eager"], times[name]).spread
         try:
             result.peak_memory_bytes = timing.peak_memory(step, cfg.device)
         except Exception as e:

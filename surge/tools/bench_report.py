@@ -14,6 +14,7 @@ import torch
 
 from .contenders import surge_backend_label
 from .phases import format_breakdown
+from .timing import MAX_RATIO_SPREAD
 
 
 def environment(cfg) -> dict:
@@ -66,6 +67,13 @@ def fmt_bytes(n) -> str:
     return str(n)
 
 
+def fmt_speedup(wr, contender) -> str:
+    """The speedup over eager, marked ``?`` when the timing rounds disagreed on it."""
+    text = fmt_ratio(wr.speedup(contender))
+    spread = wr.results[contender].speedup_spread
+    return text + "?" if text != "-" and spread is not None and spread > MAX_RATIO_SPREAD else text
+
+
 def fmt_count(n) -> str:
     return "?" if n is None else str(n)
 
@@ -92,11 +100,15 @@ def table_rows(wr, env) -> list[list[str]]:
         counts = "-"
         if contender == "surge":
             counts = f"{fmt_count(r.graphs)}/{fmt_count(r.graph_breaks)}/{fmt_count(r.kernels)}"
+        elif r.graphs is not None:  # torch.compile's graphs and breaks (its kernels are not counted)
+            counts = f"{r.graphs}/{fmt_count(r.graph_breaks)}/-"
         check = "ref" if contender == "eager" else ("ok" if r.status == "ok" else "WRONG")
+        if contender != "eager" and r.ran_eagerly():
+            check = ("EAGER" if r.graphs == 0 else "FELL BACK") + (" + WRONG" if r.status == "wrong" else "")
         if r.max_abs_error is not None and contender != "eager":
             check += f" ({r.max_abs_error:.1e})"
         rows.append([
-            wr.name if i == 0 else "", contender, fmt_time(r.median_s), fmt_ratio(wr.speedup(contender)),
+            wr.name if i == 0 else "", contender, fmt_time(r.median_s), fmt_speedup(wr, contender),
             fmt_ratio(wr.surge_over_torch_compile()) if contender == "surge" else "",
             fmt_time(r.first_call_s) if contender != "eager" else "-",
             fmt_time(r.cold_compile_s), fmt_time(r.warm_compile_s),
@@ -140,12 +152,31 @@ def format_footer(results: list) -> str:
         lines.append("surge compile time by phase (first call, this process):")
         lines += [f"  {name}: {format_breakdown(p)}" for name, p in phases]
     for contender in ("torch.compile", "surge"):
-        speedups = [wr.speedup(contender) for wr in results]
+        # A row that ran eagerly measures eager again: it would pull the mean towards 1x.
+        speedups = [wr.speedup(contender) for wr in results
+                    if contender in wr.results and not wr.results[contender].ran_eagerly()]
         speedups = [s for s in speedups if s]
         if speedups:
             gmean = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
             lines.append(f"geometric mean speedup over eager, {contender}: {gmean:.2f}x over {len(speedups)} workloads")
+    if any(wr.results[c].speedup_spread is not None and wr.results[c].speedup_spread > MAX_RATIO_SPREAD
+           for wr in results for c in wr.results):
+        lines.append(f"?: the timing rounds disagreed on this speedup by more than {MAX_RATIO_SPREAD:.0%} "
+                     "(a busy machine?); do not trust it")
+    lines += eager_run_lines(results)
     return "\n".join(lines)
+
+
+def eager_run_lines(results: list) -> list[str]:
+    """A loud line for every compiler row that did not compile all of its workload."""
+    ran_eagerly = [(wr.name, c, r.ran_eagerly()) for wr in results for c, r in wr.results.items()
+                   if c != "eager" and r.status in ("ok", "wrong") and r.ran_eagerly()]
+    if not ran_eagerly:
+        return []
+    lines = [f"!! {len(ran_eagerly)} rows ran (partly) eagerly: their speed is not the compiler's "
+             "(SURGE_LOGS=fallbacks shows why)"]
+    lines += [f"!!   {name}/{contender}: {why}" for name, contender, why in ran_eagerly]
+    return lines
 
 
 # ---------------------------------------------------------------- files
