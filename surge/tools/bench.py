@@ -10,6 +10,7 @@ is checked against eager on fresh inputs (not the ones it was compiled with).
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import gc
 import json
 import os
@@ -17,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 
 import torch
@@ -39,11 +41,13 @@ class BenchConfig:
     overhead: bool = True                # per-call overhead on a tiny input
     contenders: tuple[str, ...] = CONTENDERS
     budget_s: float = 1.0                # timing budget per (workload, contender)
+    suite: str = "default"               # "default" (surge's workloads) or "models" (the model zoo)
+    time_limit_s: float | None = None    # start no workload after this many seconds of the run
 
 
 @dataclasses.dataclass
 class ContenderResult:
-    status: str = "ok"                   # ok | wrong | error | not available
+    status: str = "ok"                   # ok | wrong | error | not available | not run
     message: str | None = None
     median_s: float | None = None
     first_call_s: float | None = None    # in this process (compile + one run)
@@ -158,15 +162,15 @@ def compare_low_precision(actual, expected, reference, slack: float = 2.0, floor
 
 
 def float32_reference(instance, inputs):
-    """The workload run in float32 (module weights and floating inputs upcast), or None
-    for a workload that already runs in float32."""
+    """The workload run in float32 (module weights and floating inputs upcast, autocast off),
+    or None for a workload that already runs in float32."""
     if instance.dtype not in (torch.bfloat16, torch.float16):
         return None
     target = instance.fresh_target()
     if isinstance(target, torch.nn.Module):
         target = target.float()
     upcast = tuple(t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs)
-    return instance.run(target, target, upcast)
+    return dataclasses.replace(instance, autocast=None).run(target, target, upcast)
 
 
 # ---------------------------------------------------------------- one workload
@@ -322,8 +326,21 @@ def run_contenders(cfg: BenchConfig, instance, expected, inputs, check_inputs,
     return results
 
 
+def not_run(cfg: BenchConfig, name: str, status: str, why: str) -> WorkloadResult:
+    """The row of a workload that did not run: every contender says why."""
+    return WorkloadResult(name, workloads.DESCRIPTIONS[name], {}, "-", name.endswith(".train"), None,
+                          {c: ContenderResult(status=status, message=why) for c in cfg.contenders})
+
+
 def run_workload(cfg: BenchConfig, name: str) -> WorkloadResult:
-    instance = workloads.build(name, cfg.device, cfg.scale)
+    try:
+        instance = workloads.build(name, cfg.device, cfg.scale)
+    except workloads.Unavailable as e:
+        return not_run(cfg, name, "not available", str(e))
+    except Exception as e:  # a model its library cannot build here: the others still run
+        if os.environ.get("SURGE_BENCH_TRACEBACK"):
+            traceback.print_exc()
+        return not_run(cfg, name, "error", "building the workload failed: " + short_error(e))
     inputs, check_inputs = instance.make_inputs(0), instance.make_inputs(1)
     eager_target = instance.fresh_target()
     expected = instance.run(eager_target, eager_target, check_inputs)
@@ -379,6 +396,7 @@ def probe_in_subprocess(cfg: BenchConfig, name: str, contender: str, env: dict) 
            "--device", cfg.device]
     if cfg.scale == "quick":
         cmd.append("--quick")
+    cmd += ["--suite", cfg.suite]
     if cfg.surge_backend is not None:
         cmd += ["--surge-backend", cfg.surge_backend]
     if not cfg.device.startswith("cuda"):
@@ -410,27 +428,39 @@ def probe_first_call(cfg: BenchConfig, name: str, contender: str) -> float:
 
 # ---------------------------------------------------------------- the whole run
 
-def selected_workloads(only: list[str] | None) -> list[str]:
-    known = workloads.names()
+def selected_workloads(only: list[str] | None, suite: str = "default") -> list[str]:
+    """The suite's workloads, or those ``only`` names (a name, or a pattern such as ``hf.*.infer``)."""
+    known = workloads.names(suite)
     if not only:
         return known
-    unknown = [n for n in only if n not in known]
+    selected, unknown = [], []
+    for pattern in only:
+        matches = fnmatch.filter(known, pattern) if any(c in pattern for c in "*?[") else \
+            [pattern] if pattern in known else []
+        selected += [n for n in matches if n not in selected]
+        if not matches:
+            unknown.append(pattern)
     if unknown:
-        raise ValueError(f"unknown workload(s) {unknown}; known: {', '.join(known)}")
-    return list(only)
+        raise ValueError(f"unknown workload(s) {unknown} in suite {suite!r}; known: {', '.join(known)}")
+    return selected
 
 
 def run_bench(cfg: BenchConfig, on_result=None) -> dict:
     """Run every selected workload; returns the JSON-ready results."""
     from .bench_report import environment
 
-    names = selected_workloads(cfg.only)
+    names = selected_workloads(cfg.only, cfg.suite)
     copy_bytes = (1 << 30) if cfg.device.startswith("cuda") else (64 << 20 if cfg.scale != "full" else 256 << 20)
     env = environment(cfg)
     env["copy_bandwidth_Bps"] = timing.copy_bandwidth(cfg.device, copy_bytes)
     results = []
+    started = time.perf_counter()
     for name in names:
-        wr = run_workload(cfg, name)
+        elapsed = time.perf_counter() - started
+        if cfg.time_limit_s is not None and elapsed > cfg.time_limit_s:
+            wr = not_run(cfg, name, "not run", f"the run's time limit of {cfg.time_limit_s:.0f}s was reached")
+        else:
+            wr = run_workload(cfg, name)
         results.append(wr)
         if on_result is not None:
             on_result(wr, env)

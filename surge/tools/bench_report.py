@@ -85,12 +85,16 @@ COLUMNS = ("workload", "contender", "median", "speedup", "surge/tc", "1st call",
 def table_rows(wr, env) -> list[list[str]]:
     rows = []
     copy_bw = env.get("copy_bandwidth_Bps")
+    reasons = {(r.status, r.message) for r in wr.results.values()}
+    if len(reasons) == 1 and next(iter(reasons))[0] in ("not available", "not run"):
+        (status, message), = reasons  # the workload itself did not run: one line says why
+        return [[wr.name, "all", f"{status}: {message or ''}"]]
     for i, (contender, r) in enumerate(wr.results.items()):
         if r.status == "not available":
             rows.append([wr.name if i == 0 else "", contender, "not available: " + (r.message or "")])
             continue
-        if r.status == "error":
-            rows.append([wr.name if i == 0 else "", contender, "error: " + (r.message or "")])
+        if r.status in ("error", "not run"):
+            rows.append([wr.name if i == 0 else "", contender, f"{r.status}: " + (r.message or "")])
             continue
         bandwidth = "-"
         if r.bandwidth_Bps is not None:
@@ -120,12 +124,17 @@ def table_rows(wr, env) -> list[list[str]]:
 
 def format_table(rows: list[list[str]]) -> str:
     full = [r for r in rows if len(r) == len(COLUMNS)]
-    widths = [max(len(c), *(len(r[i]) for r in full)) if full else len(c) for i, c in enumerate(COLUMNS)]
-    out = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths))]
+    # A column nothing was measured for in this run (cold/warm without fresh processes, ...) is left out.
+    shown = [i for i in range(len(COLUMNS)) if i < 2 or not full or any(r[i] not in ("-", "") for r in full)]
+    columns = [COLUMNS[i] for i in shown]
+    full = [[r[i] for i in shown] for r in full]
+    widths = [max(len(c), *(len(r[i]) for r in full)) if full else len(c) for i, c in enumerate(columns)]
+    widths[0] = max([widths[0]] + [len(r[0]) for r in rows])  # names on rows that span the table too
+    out = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
     out.append("  ".join("-" * w for w in widths))
     for r in rows:
         if len(r) == len(COLUMNS):
-            out.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+            out.append("  ".join(r[i].ljust(w) for i, w in zip(shown, widths)).rstrip())
         else:  # a contender that did not run: its reason spans the row
             out.append("  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2]]))
     return "\n".join(out)
