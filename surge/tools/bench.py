@@ -235,7 +235,7 @@ def explain_counts(instance, target, inputs, backend=None):
     explain = getattr(surge, "explain", None)
     if explain is None:
         return None
-    with torch.set_grad_enabled(instance.training):
+    with torch.set_grad_enabled(instance.training), instance.autocast_context(inputs):
         report = explain(target, backend=backend)(*inputs)
     return report.graph_count, report.graph_break_count
 
@@ -335,16 +335,16 @@ def not_run(cfg: BenchConfig, name: str, status: str, why: str) -> WorkloadResul
 def run_workload(cfg: BenchConfig, name: str) -> WorkloadResult:
     try:
         instance = workloads.build(name, cfg.device, cfg.scale)
+        inputs, check_inputs = instance.make_inputs(0), instance.make_inputs(1)
+        eager_target = instance.fresh_target()
+        expected = instance.run(eager_target, eager_target, check_inputs)
+        reference = float32_reference(instance, check_inputs)
     except workloads.Unavailable as e:
         return not_run(cfg, name, "not available", str(e))
-    except Exception as e:  # a model its library cannot build here: the others still run
+    except Exception as e:  # a model that its library cannot build or run here: the others still run
         if os.environ.get("SURGE_BENCH_TRACEBACK"):
             traceback.print_exc()
-        return not_run(cfg, name, "error", "building the workload failed: " + short_error(e))
-    inputs, check_inputs = instance.make_inputs(0), instance.make_inputs(1)
-    eager_target = instance.fresh_target()
-    expected = instance.run(eager_target, eager_target, check_inputs)
-    reference = float32_reference(instance, check_inputs)
+        return not_run(cfg, name, "error", "building or running it in eager failed: " + short_error(e))
     results = run_contenders(cfg, instance, expected, inputs, check_inputs, reference)
     wr = WorkloadResult(
         name, workloads.DESCRIPTIONS[name], instance.sizes, str(instance.dtype).replace("torch.", ""),

@@ -24,9 +24,12 @@ def environment(cfg) -> dict:
     else:
         device_name = platform.processor() or platform.machine()
     versions = {"python": platform.python_version(), "torch": torch.__version__}
-    for module in ("triton", "transformers"):
+    for module in ("triton", "transformers") + (("timm", "torchvision") if cfg.suite == "models" else ()):
         if importlib.util.find_spec(module) is not None:
-            versions[module] = getattr(__import__(module), "__version__", "?")
+            try:
+                versions[module] = getattr(__import__(module), "__version__", "?")
+            except Exception as e:  # installed but broken here (torchvision built for another torch)
+                versions[module] = f"not importable ({type(e).__name__})"
     import surge
 
     versions["surge"] = surge.__version__
