@@ -19,7 +19,7 @@ import tempfile
 import torch
 
 from . import timing
-from .bench import compare
+from .bench import compare, graphs_made
 from ..options import Options
 from .debug_dir import read_artifacts
 from .phases import format_breakdown, phase_timer
@@ -117,7 +117,8 @@ def show_case(title, target, make_inputs, device, backend, debug_root, out) -> C
         with torch.no_grad():
             first_s, _ = timing.timed_once(lambda: compiled(*inputs), device)
             ok, err = compare(compiled(*fresh), target(*fresh), 1e-4, 1e-4)
-        counts = {name: surge.counters[name] - counts_before.get(name, 0) for name, _ in SUMMARY_COUNTERS}
+        delta = {name: surge.counters[name] - counts_before.get(name, 0) for name in surge.counters}
+        counts = {name: delta.get(name, 0) for name, _ in SUMMARY_COUNTERS} | {"graphs": graphs_made(delta)}
         out(f"first call (capture + compile): {first_s * 1e3:.1f} ms")
         out(f"correct against eager on fresh inputs: {'yes' if ok else 'NO'} (max abs error {err:.2e})")
         if counts["graphs"] == 0 or counts["fallbacks"]:

@@ -167,3 +167,12 @@ def test_a_noisy_speedup_is_marked():
     })
     assert table_rows(wr, {})[1][3] == "2.00x?"
     assert "do not trust it" in format_footer([wr])
+
+
+def test_graphs_from_the_disk_cache_count_as_compiled(tmp_path, monkeypatch):
+    # A second process (here: after surge.reset()) takes the capture from disk: not "EAGER".
+    monkeypatch.setenv("SURGE_FRONTEND_CACHE", "1")
+    monkeypatch.setenv("SURGE_CACHE_DIR", str(tmp_path))
+    first = bench.run_workload(quick_config(), "softmax").results["surge"]
+    second = bench.run_workload(quick_config(), "softmax").results["surge"]
+    assert first.graphs == second.graphs == 1 and second.ran_eagerly() is None
