@@ -100,12 +100,22 @@ def register_model(library: str, model: str, description: str, build: Callable[[
     MODELS.append((library, model, description, build))
 
 
+def suite_order(models: list) -> list:
+    """The libraries' models taken in turn (timm, torchvision, transformers, timm, ...): a run
+    stopped by its time limit has measured some of each."""
+    by_library: dict[str, list] = {}
+    for m in models:
+        by_library.setdefault(m[0], []).append(m)
+    queues = list(by_library.values())
+    return [q[i] for i in range(max(map(len, queues))) for q in queues if i < len(q)]
+
+
 def register_workloads() -> None:
     """``<library>.<model>.infer`` for every model, then ``.train`` for every model: a run
-    stopped by its time limit has measured the inference of every model first."""
+    stopped by its time limit has measured inference first."""
     for mode, training in (("infer", False), ("train", True)):
         what = "inference" if not training else "one training step"
-        for library, model, description, build in MODELS:
+        for library, model, description, build in suite_order(MODELS):
             workload(f"{library}.{model}.{mode}", f"{description}, {what}", suite="models")(
                 lambda device, scale, training=training, build=build: build(device, scale, training))
 
