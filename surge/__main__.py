@@ -10,8 +10,13 @@ import time
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present, else cpu)")
     p.add_argument("--quick", action="store_true", help="small sizes: a fast run (what CI runs)")
+    p.add_argument("--suite", choices=("default", "models"), default="default",
+                   help="default: surge's workloads; models: the model zoo (timm, torchvision, transformers)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="S",
+                   help="start no workload after S seconds; the rest are listed as not run")
     p.add_argument("--only", action="append", metavar="NAME",
-                   help="run only this workload (repeat or comma-separate for several)")
+                   help="run only this workload (repeat or comma-separate for several; "
+                        "patterns such as 'hf.*.infer' select from the suite)")
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
     p.add_argument("--json", metavar="FILE", help="write machine-readable results here")
     p.add_argument("--plot", metavar="FILE.png", help="bar chart of speedups over eager (needs matplotlib)")
@@ -42,7 +47,7 @@ def bench_main(args) -> int:
     from .tools.contenders import CONTENDERS
 
     if args.list:
-        for name in workloads.names():
+        for name in workloads.names(args.suite):
             print(f"{name:26s} {workloads.DESCRIPTIONS[name]}")
         return 0
     device = args.device or default_device()
@@ -56,15 +61,19 @@ def bench_main(args) -> int:
     if unknown or "eager" not in contenders:
         print(f"surge bench: --contenders must include eager and be among {CONTENDERS}", file=sys.stderr)
         return 2
+    # The model zoo's compiles take minutes: no fresh-process or tiny-input runs unless asked for.
+    light = args.quick or args.suite == "models"
     cfg = bench.BenchConfig(
         device=device,
         scale="quick" if args.quick else "full",
         only=only or None,
         surge_backend=args.surge_backend,
-        fresh_process_compile=(not args.quick) if args.fresh_process_compile is None else args.fresh_process_compile,
-        overhead=(not args.quick) if args.overhead is None else args.overhead,
+        fresh_process_compile=(not light) if args.fresh_process_compile is None else args.fresh_process_compile,
+        overhead=(not light) if args.overhead is None else args.overhead,
         contenders=contenders,
-        budget_s=args.budget if args.budget is not None else (0.2 if args.quick else 1.0),
+        budget_s=args.budget if args.budget is not None else (0.2 if light else 1.0),
+        suite=args.suite,
+        time_limit_s=args.time_limit,
     )
     if args.probe:
         if len(only) != 1:
@@ -73,7 +82,7 @@ def bench_main(args) -> int:
         print(json.dumps({"first_call_s": bench.probe_first_call(cfg, only[0], args.probe)}))
         return 0
     try:
-        names = bench.selected_workloads(cfg.only)
+        names = bench.selected_workloads(cfg.only, cfg.suite)
     except ValueError as e:
         print(f"surge bench: {e}", file=sys.stderr)
         return 2

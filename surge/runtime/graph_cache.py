@@ -90,9 +90,9 @@ def _describe_tensor(t: torch.Tensor, with_data: bool) -> str:
         return meta
     if t.device.type == "meta" or t.is_sparse:
         raise Uncacheable(f"a {t.device.type} tensor in a graph argument")
-    data = t.detach().to("cpu").contiguous()
-    return meta + hashlib.sha256(data.view(torch.uint8).reshape(-1).numpy().tobytes()
-                                 if data.numel() else b"").hexdigest()
+    # A clone owns a storage of exactly its bytes (no numpy needed to read them).
+    data = t.detach().to("cpu").clone(memory_format=torch.contiguous_format)
+    return meta + hashlib.sha256(bytes(data.untyped_storage()) if data.numel() else b"").hexdigest()
 
 
 def _describe_callable(fn) -> str:

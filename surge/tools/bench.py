@@ -10,12 +10,15 @@ is checked against eager on fresh inputs (not the ones it was compiled with).
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import gc
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 
 import torch
@@ -38,11 +41,13 @@ class BenchConfig:
     overhead: bool = True                # per-call overhead on a tiny input
     contenders: tuple[str, ...] = CONTENDERS
     budget_s: float = 1.0                # timing budget per (workload, contender)
+    suite: str = "default"               # "default" (surge's workloads) or "models" (the model zoo)
+    time_limit_s: float | None = None    # start no workload after this many seconds of the run
 
 
 @dataclasses.dataclass
 class ContenderResult:
-    status: str = "ok"                   # ok | wrong | error | not available
+    status: str = "ok"                   # ok | wrong | error | not available | not run
     message: str | None = None
     median_s: float | None = None
     first_call_s: float | None = None    # in this process (compile + one run)
@@ -55,7 +60,17 @@ class ContenderResult:
     graphs: int | None = None
     graph_breaks: int | None = None
     kernels: int | None = None
+    fallbacks: int | None = None         # frames surge ran eagerly instead of compiling them
+    speedup_spread: float | None = None  # how much the speedup over eager moved between timing rounds
     compile_phases_s: dict | None = None
+
+    def ran_eagerly(self) -> str | None:
+        """Why a compiler's row measured (partly) eager code, or None when it compiled everything."""
+        if self.graphs == 0:
+            return "0 graphs compiled"
+        if self.fallbacks:
+            return f"{self.fallbacks} frames fell back to eager"
+        return None
 
 
 @dataclasses.dataclass
@@ -147,18 +162,24 @@ def compare_low_precision(actual, expected, reference, slack: float = 2.0, floor
 
 
 def float32_reference(instance, inputs):
-    """The workload run in float32 (module weights and floating inputs upcast), or None
-    for a workload that already runs in float32."""
+    """The workload run in float32 (module weights and floating inputs upcast, autocast off),
+    or None for a workload that already runs in float32."""
     if instance.dtype not in (torch.bfloat16, torch.float16):
         return None
     target = instance.fresh_target()
     if isinstance(target, torch.nn.Module):
         target = target.float()
     upcast = tuple(t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs)
-    return instance.run(target, target, upcast)
+    return dataclasses.replace(instance, autocast=None).run(target, target, upcast)
 
 
 # ---------------------------------------------------------------- one workload
+
+def graphs_made(counts: dict) -> int:
+    """Graphs surge compiled, from a change of ``surge.counters``: those it captured and
+    those it took from the on-disk capture cache (counted apart, as frontend disk hits)."""
+    return counts.get("graphs", 0) + counts.get("frontend_disk_hits", 0)
+
 
 class _SurgeStructure:
     """Graphs, breaks and kernels surge made, and its compile phases, around a first call."""
@@ -172,31 +193,56 @@ class _SurgeStructure:
         self.counts_before = dict(counters)
         self.records_before = len(phase_timer.records)
 
-    def finish(self, result: ContenderResult, instance, target, inputs) -> None:
+    def finish(self, result: ContenderResult, instance, target, inputs, backend=None) -> None:
         records = self.phase_timer.records[self.records_before:]
         result.compile_phases_s = self.phase_timer.summary(records)
         after = self.counters
         delta = {k: after[k] - self.counts_before.get(k, 0) for k in after}
-        result.graphs = delta.get("graphs")
+        result.graphs = graphs_made(delta)
         result.graph_breaks = delta.get("graph_breaks")
+        result.fallbacks = delta.get("fallbacks")
         # Code-generating backends count what they make in surge.counters["kernels"];
         # a backend that does not leaves the count unknown rather than zero.
         if "kernels" in after:
             result.kernels = delta["kernels"]
-        explained = explain_counts(instance, target, inputs)
+        if result.graphs == 0:
+            return  # nothing compiled: surge.explain's own compile must not make it look otherwise
+        explained = explain_counts(instance, target, inputs, backend)
         if explained is not None:
             result.graphs, result.graph_breaks = explained
 
 
-def explain_counts(instance, target, inputs):
+class _TorchCompileStructure:
+    """Graphs and graph breaks torch.compile made around a first call, from Dynamo's own
+    counters (the bench measures the peer; the library never imports Dynamo)."""
+
+    def __init__(self):
+        import torch._dynamo
+        from torch._dynamo.utils import counters
+
+        torch._dynamo.reset()  # as surge.reset() for surge: an earlier workload's capture must not hide this one's
+        self.counters = counters
+        self.graphs_before = counters["stats"]["unique_graphs"]
+        self.breaks_before = sum(counters["graph_break"].values())
+
+    def finish(self, result: ContenderResult, *unused) -> None:
+        result.graphs = self.counters["stats"]["unique_graphs"] - self.graphs_before
+        result.graph_breaks = sum(self.counters["graph_break"].values()) - self.breaks_before
+
+
+# What counts a compiler's graphs, breaks (and kernels) around its first call.
+STRUCTURE_PROBES = {"surge": _SurgeStructure, "torch.compile": _TorchCompileStructure}
+
+
+def explain_counts(instance, target, inputs, backend=None):
     """(graph count, graph-break count) from surge.explain, or None when it is missing."""
     import surge
 
     explain = getattr(surge, "explain", None)
     if explain is None:
         return None
-    with torch.set_grad_enabled(instance.training):
-        report = explain(target)(*inputs)
+    with torch.set_grad_enabled(instance.training), instance.autocast_context(inputs):
+        report = explain(target, backend=backend)(*inputs)
     return report.graph_count, report.graph_break_count
 
 
@@ -211,13 +257,19 @@ def prepare_contender(cfg: BenchConfig, instance, name: str, expected, inputs, c
         return ContenderResult(status="not available", message=str(e)), None
     try:
         target = instance.fresh_target()
+        if name == "surge":
+            # Capture afresh (the disk caches stay): a capture an earlier workload of this
+            # process left in memory would hide whether this one compiles or falls back.
+            import surge
+
+            surge.reset()
         # The tiny-size run only measures overhead: no need to explain it again.
-        structure = _SurgeStructure() if name == "surge" and cfg.scale != "tiny" else None
+        structure = STRUCTURE_PROBES[name]() if cfg.scale != "tiny" and name in STRUCTURE_PROBES else None
         compiled = contender.compile(target)
         step = lambda: instance.run(compiled, target, inputs)  # noqa: E731
         result.first_call_s, _ = timing.timed_once(step, cfg.device)
         if structure is not None:
-            structure.finish(result, instance, target, inputs)
+            structure.finish(result, instance, target, inputs, cfg.surge_backend)
         if expected is not None:
             actual = instance.run(compiled, target, check_inputs)
             if reference is not None:
@@ -250,8 +302,10 @@ def run_contenders(cfg: BenchConfig, instance, expected, inputs, check_inputs,
             cfg, instance, name, None if name == "eager" else expected, inputs, check_inputs, reference)
         if step is not None:
             steps[name] = step
+    times = {}
     try:
-        medians = timing.interleaved_medians(steps, cfg.device, budget_s=cfg.budget_s)
+        times = timing.interleaved_times(steps, cfg.device, budget_s=cfg.budget_s)
+        medians = {name: statistics.median(t) for name, t in times.items()}
     except Exception:   # a step that ran once and then failed: time each alone to tell which
         medians = {}
         for name, step in list(steps.items()):
@@ -263,6 +317,8 @@ def run_contenders(cfg: BenchConfig, instance, expected, inputs, check_inputs,
     for name, step in steps.items():
         result = results[name]
         result.median_s = medians.get(name)
+        if name != "eager" and name in times and "eager" in times:
+            result.speedup_spread = timing.speedup(times["eager"], times[name]).spread
         try:
             result.peak_memory_bytes = timing.peak_memory(step, cfg.device)
         except Exception as e:
@@ -276,12 +332,25 @@ def run_contenders(cfg: BenchConfig, instance, expected, inputs, check_inputs,
     return results
 
 
+def not_run(cfg: BenchConfig, name: str, status: str, why: str) -> WorkloadResult:
+    """The row of a workload that did not run: every contender says why."""
+    return WorkloadResult(name, workloads.DESCRIPTIONS[name], {}, "-", name.endswith(".train"), None,
+                          {c: ContenderResult(status=status, message=why) for c in cfg.contenders})
+
+
 def run_workload(cfg: BenchConfig, name: str) -> WorkloadResult:
-    instance = workloads.build(name, cfg.device, cfg.scale)
-    inputs, check_inputs = instance.make_inputs(0), instance.make_inputs(1)
-    eager_target = instance.fresh_target()
-    expected = instance.run(eager_target, eager_target, check_inputs)
-    reference = float32_reference(instance, check_inputs)
+    try:
+        instance = workloads.build(name, cfg.device, cfg.scale)
+        inputs, check_inputs = instance.make_inputs(0), instance.make_inputs(1)
+        eager_target = instance.fresh_target()
+        expected = instance.run(eager_target, eager_target, check_inputs)
+        reference = float32_reference(instance, check_inputs)
+    except workloads.Unavailable as e:
+        return not_run(cfg, name, "not available", str(e))
+    except Exception as e:  # a model that its library cannot build or run here: the others still run
+        if os.environ.get("SURGE_BENCH_TRACEBACK"):
+            traceback.print_exc()
+        return not_run(cfg, name, "error", "building or running it in eager failed: " + short_error(e))
     results = run_contenders(cfg, instance, expected, inputs, check_inputs, reference)
     wr = WorkloadResult(
         name, workloads.DESCRIPTIONS[name], instance.sizes, str(instance.dtype).replace("torch.", ""),
@@ -333,6 +402,7 @@ def probe_in_subprocess(cfg: BenchConfig, name: str, contender: str, env: dict) 
            "--device", cfg.device]
     if cfg.scale == "quick":
         cmd.append("--quick")
+    cmd += ["--suite", cfg.suite]
     if cfg.surge_backend is not None:
         cmd += ["--surge-backend", cfg.surge_backend]
     if not cfg.device.startswith("cuda"):
@@ -364,27 +434,39 @@ def probe_first_call(cfg: BenchConfig, name: str, contender: str) -> float:
 
 # ---------------------------------------------------------------- the whole run
 
-def selected_workloads(only: list[str] | None) -> list[str]:
-    known = workloads.names()
+def selected_workloads(only: list[str] | None, suite: str = "default") -> list[str]:
+    """The suite's workloads, or those ``only`` names (a name, or a pattern such as ``hf.*.infer``)."""
+    known = workloads.names(suite)
     if not only:
         return known
-    unknown = [n for n in only if n not in known]
+    selected, unknown = [], []
+    for pattern in only:
+        matches = fnmatch.filter(known, pattern) if any(c in pattern for c in "*?[") else \
+            [pattern] if pattern in known else []
+        selected += [n for n in matches if n not in selected]
+        if not matches:
+            unknown.append(pattern)
     if unknown:
-        raise ValueError(f"unknown workload(s) {unknown}; known: {', '.join(known)}")
-    return list(only)
+        raise ValueError(f"unknown workload(s) {unknown} in suite {suite!r}; known: {', '.join(known)}")
+    return selected
 
 
 def run_bench(cfg: BenchConfig, on_result=None) -> dict:
     """Run every selected workload; returns the JSON-ready results."""
     from .bench_report import environment
 
-    names = selected_workloads(cfg.only)
+    names = selected_workloads(cfg.only, cfg.suite)
     copy_bytes = (1 << 30) if cfg.device.startswith("cuda") else (64 << 20 if cfg.scale != "full" else 256 << 20)
     env = environment(cfg)
     env["copy_bandwidth_Bps"] = timing.copy_bandwidth(cfg.device, copy_bytes)
     results = []
+    started = time.perf_counter()
     for name in names:
-        wr = run_workload(cfg, name)
+        elapsed = time.perf_counter() - started
+        if cfg.time_limit_s is not None and elapsed > cfg.time_limit_s:
+            wr = not_run(cfg, name, "not run", f"the run's time limit of {cfg.time_limit_s:.0f}s was reached")
+        else:
+            wr = run_workload(cfg, name)
         results.append(wr)
         if on_result is not None:
             on_result(wr, env)

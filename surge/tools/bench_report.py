@@ -14,6 +14,7 @@ import torch
 
 from .contenders import surge_backend_label
 from .phases import format_breakdown
+from .timing import MAX_RATIO_SPREAD
 
 
 def environment(cfg) -> dict:
@@ -23,9 +24,12 @@ def environment(cfg) -> dict:
     else:
         device_name = platform.processor() or platform.machine()
     versions = {"python": platform.python_version(), "torch": torch.__version__}
-    for module in ("triton", "transformers"):
+    for module in ("triton", "transformers") + (("timm", "torchvision") if cfg.suite == "models" else ()):
         if importlib.util.find_spec(module) is not None:
-            versions[module] = getattr(__import__(module), "__version__", "?")
+            try:
+                versions[module] = getattr(__import__(module), "__version__", "?")
+            except Exception as e:  # installed but broken here (torchvision built for another torch)
+                versions[module] = f"not importable ({type(e).__name__})"
     import surge
 
     versions["surge"] = surge.__version__
@@ -66,6 +70,13 @@ def fmt_bytes(n) -> str:
     return str(n)
 
 
+def fmt_speedup(wr, contender) -> str:
+    """The speedup over eager, marked ``?`` when the timing rounds disagreed on it."""
+    text = fmt_ratio(wr.speedup(contender))
+    spread = wr.results[contender].speedup_spread
+    return text + "?" if text != "-" and spread is not None and spread > MAX_RATIO_SPREAD else text
+
+
 def fmt_count(n) -> str:
     return "?" if n is None else str(n)
 
@@ -77,12 +88,16 @@ COLUMNS = ("workload", "contender", "median", "speedup", "surge/tc", "1st call",
 def table_rows(wr, env) -> list[list[str]]:
     rows = []
     copy_bw = env.get("copy_bandwidth_Bps")
+    reasons = {(r.status, r.message) for r in wr.results.values()}
+    if len(reasons) == 1 and next(iter(reasons))[0] in ("not available", "not run"):
+        (status, message), = reasons  # the workload itself did not run: one line says why
+        return [[wr.name, "all", f"{status}: {message or ''}"]]
     for i, (contender, r) in enumerate(wr.results.items()):
         if r.status == "not available":
             rows.append([wr.name if i == 0 else "", contender, "not available: " + (r.message or "")])
             continue
-        if r.status == "error":
-            rows.append([wr.name if i == 0 else "", contender, "error: " + (r.message or "")])
+        if r.status in ("error", "not run"):
+            rows.append([wr.name if i == 0 else "", contender, f"{r.status}: " + (r.message or "")])
             continue
         bandwidth = "-"
         if r.bandwidth_Bps is not None:
@@ -92,11 +107,15 @@ def table_rows(wr, env) -> list[list[str]]:
         counts = "-"
         if contender == "surge":
             counts = f"{fmt_count(r.graphs)}/{fmt_count(r.graph_breaks)}/{fmt_count(r.kernels)}"
+        elif r.graphs is not None:  # torch.compile's graphs and breaks (its kernels are not counted)
+            counts = f"{r.graphs}/{fmt_count(r.graph_breaks)}/-"
         check = "ref" if contender == "eager" else ("ok" if r.status == "ok" else "WRONG")
+        if contender != "eager" and r.ran_eagerly():
+            check = ("EAGER" if r.graphs == 0 else "FELL BACK") + (" + WRONG" if r.status == "wrong" else "")
         if r.max_abs_error is not None and contender != "eager":
             check += f" ({r.max_abs_error:.1e})"
         rows.append([
-            wr.name if i == 0 else "", contender, fmt_time(r.median_s), fmt_ratio(wr.speedup(contender)),
+            wr.name if i == 0 else "", contender, fmt_time(r.median_s), fmt_speedup(wr, contender),
             fmt_ratio(wr.surge_over_torch_compile()) if contender == "surge" else "",
             fmt_time(r.first_call_s) if contender != "eager" else "-",
             fmt_time(r.cold_compile_s), fmt_time(r.warm_compile_s),
@@ -108,12 +127,17 @@ def table_rows(wr, env) -> list[list[str]]:
 
 def format_table(rows: list[list[str]]) -> str:
     full = [r for r in rows if len(r) == len(COLUMNS)]
-    widths = [max(len(c), *(len(r[i]) for r in full)) if full else len(c) for i, c in enumerate(COLUMNS)]
-    out = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths))]
+    # A column nothing was measured for in this run (cold/warm without fresh processes, ...) is left out.
+    shown = [i for i in range(len(COLUMNS)) if i < 2 or not full or any(r[i] not in ("-", "") for r in full)]
+    columns = [COLUMNS[i] for i in shown]
+    full = [[r[i] for i in shown] for r in full]
+    widths = [max(len(c), *(len(r[i]) for r in full)) if full else len(c) for i, c in enumerate(columns)]
+    widths[0] = max([widths[0]] + [len(r[0]) for r in rows])  # names on rows that span the table too
+    out = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
     out.append("  ".join("-" * w for w in widths))
     for r in rows:
         if len(r) == len(COLUMNS):
-            out.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+            out.append("  ".join(r[i].ljust(w) for i, w in zip(shown, widths)).rstrip())
         else:  # a contender that did not run: its reason spans the row
             out.append("  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2]]))
     return "\n".join(out)
@@ -140,12 +164,31 @@ def format_footer(results: list) -> str:
         lines.append("surge compile time by phase (first call, this process):")
         lines += [f"  {name}: {format_breakdown(p)}" for name, p in phases]
     for contender in ("torch.compile", "surge"):
-        speedups = [wr.speedup(contender) for wr in results]
+        # A row that ran eagerly measures eager again: it would pull the mean towards 1x.
+        speedups = [wr.speedup(contender) for wr in results
+                    if contender in wr.results and not wr.results[contender].ran_eagerly()]
         speedups = [s for s in speedups if s]
         if speedups:
             gmean = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
             lines.append(f"geometric mean speedup over eager, {contender}: {gmean:.2f}x over {len(speedups)} workloads")
+    if any(wr.results[c].speedup_spread is not None and wr.results[c].speedup_spread > MAX_RATIO_SPREAD
+           for wr in results for c in wr.results):
+        lines.append(f"?: the timing rounds disagreed on this speedup by more than {MAX_RATIO_SPREAD:.0%} "
+                     "(a busy machine?); do not trust it")
+    lines += eager_run_lines(results)
     return "\n".join(lines)
+
+
+def eager_run_lines(results: list) -> list[str]:
+    """A loud line for every compiler row that did not compile all of its workload."""
+    ran_eagerly = [(wr.name, c, r.ran_eagerly()) for wr in results for c, r in wr.results.items()
+                   if c != "eager" and r.status in ("ok", "wrong") and r.ran_eagerly()]
+    if not ran_eagerly:
+        return []
+    lines = [f"!! {len(ran_eagerly)} rows ran (partly) eagerly: their speed is not the compiler's "
+             "(SURGE_LOGS=fallbacks shows why)"]
+    lines += [f"!!   {name}/{contender}: {why}" for name, contender, why in ran_eagerly]
+    return lines
 
 
 # ---------------------------------------------------------------- files

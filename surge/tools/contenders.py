@@ -67,6 +67,8 @@ def make_contender(name: str, surge_backend: str | None) -> Contender:
 
 def surge_backend_label(backend: str | None) -> str:
     """The backend surge actually uses when ``backend`` is None: its default's name."""
+    if callable(backend):
+        return getattr(backend, "__name__", type(backend).__name__)
     if backend is not None:
         return backend
     try:

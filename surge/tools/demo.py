@@ -5,17 +5,21 @@ function with a data-dependent branch; for each it checks the result against eag
 fresh inputs, and prints what surge made: the captured graphs, the guards, the
 graph breaks with their reasons, the ATen graphs and generated kernels
 (abbreviated, read back from a debug folder), the compile-time breakdown, and
-the speed against eager.
+the speed against eager (medians of interleaved rounds). It closes with what
+surge.counters counted (graphs, graph breaks, kernels, fallbacks) and exits with
+status 1 when a result differs from eager, 3 when a frame ran eagerly instead of
+being compiled (a demo that compiled nothing must not look like a success).
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import tempfile
 
 import torch
 
 from . import timing
-from .bench import compare
+from .bench import compare, graphs_made
 from ..options import Options
 from .debug_dir import read_artifacts
 from .phases import format_breakdown, phase_timer
@@ -87,12 +91,24 @@ def demo_cases(device: str):
     ]
 
 
-def show_case(title, target, make_inputs, device, backend, debug_root, out) -> bool:
+# What the demo counts per case, in the order the summary prints them.
+SUMMARY_COUNTERS = (("graphs", "graphs"), ("graph_breaks", "graph breaks"), ("kernels", "kernels"),
+                    ("fallbacks", "fallbacks"))
+
+
+@dataclasses.dataclass
+class CaseResult:
+    correct: bool
+    counts: dict  # surge.counters' change over the case's compile and calls (not surge.explain's)
+
+
+def show_case(title, target, make_inputs, device, backend, debug_root, out) -> CaseResult:
     import surge
 
     out(f"\n=== {title} ===")
     records_before = len(phase_timer.records)
     handed_to_backend = []
+    counts_before = dict(surge.counters)
     with tempfile.TemporaryDirectory(dir=debug_root) as debug_dir:
         options = Options.from_env().replace(debug_dir=debug_dir)
         compiled = surge.compile(target, backend=recording(backend, handed_to_backend, options),
@@ -101,22 +117,61 @@ def show_case(title, target, make_inputs, device, backend, debug_root, out) -> b
         with torch.no_grad():
             first_s, _ = timing.timed_once(lambda: compiled(*inputs), device)
             ok, err = compare(compiled(*fresh), target(*fresh), 1e-4, 1e-4)
+        delta = {name: surge.counters[name] - counts_before.get(name, 0) for name in surge.counters}
+        counts = {name: delta.get(name, 0) for name, _ in SUMMARY_COUNTERS} | {"graphs": graphs_made(delta)}
         out(f"first call (capture + compile): {first_s * 1e3:.1f} ms")
         out(f"correct against eager on fresh inputs: {'yes' if ok else 'NO'} (max abs error {err:.2e})")
+        if counts["graphs"] == 0 or counts["fallbacks"]:
+            out(f"!! {counts['graphs']} graphs compiled, {counts['fallbacks']} fallbacks: "
+                "this case ran (partly) eagerly")
         show_report(target, inputs, out)
         artifacts = read_artifacts(debug_dir)
         if not any(name.startswith("aten_") for files in artifacts.values() for name in files):
             show_aten_graphs(handed_to_backend, out)
         show_artifacts(artifacts, out)
         with torch.no_grad():
-            eager_s = timing.median_time(lambda: target(*inputs), device, budget_s=0.3)
-            surge_s = timing.median_time(lambda: compiled(*inputs), device, budget_s=0.3)
+            times = timing.interleaved_times({"eager": lambda: target(*inputs), "surge": lambda: compiled(*inputs)},
+                                             device, budget_s=0.3)
     records = phase_timer.records[records_before:]
     if records:
         out(f"compile time by phase: {format_breakdown(phase_timer.summary(records))}")
-    out(f"speed: eager {eager_s * 1e6:.1f} us, surge {surge_s * 1e6:.1f} us "
-        f"per call ({eager_s / surge_s:.2f}x eager)")
-    return ok
+    out(speed_line(timing.speedup(times["eager"], times["surge"])))
+    return CaseResult(ok, counts)
+
+
+def speed_line(measured: timing.Speedup) -> str:
+    """The demo's speed line: medians of interleaved rounds, and a ratio only when the
+    rounds agree on it."""
+    line = (f"speed: eager {measured.baseline_s * 1e6:.1f} us, surge {measured.candidate_s * 1e6:.1f} us "
+            f"per call (medians of {measured.rounds} interleaved rounds)")
+    if not measured.reliable:
+        return (line + f"; the rounds disagree by {measured.spread:.0%} (a busy machine?): "
+                "no speed ratio given, rerun on a quiet machine")
+    return line + f": {measured.ratio:.2f}x eager"
+
+
+def summary_lines(results: list[CaseResult], backend_label: str) -> tuple[list[str], int]:
+    """The closing lines and the exit status: 0 when every case compiled and matched
+    eager; 1 when a result differs; 3 when something ran eagerly instead of compiling."""
+    totals = {name: sum(r.counts[name] for r in results) for name, _ in SUMMARY_COUNTERS}
+    lines = ["summary: " + ", ".join(f"{label} {totals[name]}" for name, label in SUMMARY_COUNTERS)]
+    status = 0
+    if totals["graphs"] == 0:
+        lines.append(f"0 graphs compiled: every call ran eagerly (backend {backend_label}); "
+                     "see SURGE_LOGS=fallbacks python -m surge demo for why")
+        status = 3
+    elif totals["fallbacks"]:
+        lines.append(f"{totals['fallbacks']} frames fell back to eager instead of compiling; "
+                     "see SURGE_LOGS=fallbacks python -m surge demo for why")
+        status = 3
+    if not all(r.correct for r in results):
+        lines.append("SOME RESULTS DIFFER FROM EAGER")
+        status = 1
+    elif status == 0:
+        lines.append("all results match eager")
+    else:
+        lines.append("the results match eager, but surge did not compile them all")
+    return lines, status
 
 
 def recording(backend, handed_to_backend: list, options=None):
@@ -188,10 +243,12 @@ def run_demo(device: str = "cpu", backend: str | None = None, out=print) -> int:
 
     out(f"surge {surge.__version__} demo on {device}, backend {surge_backend_label(backend)}")
     surge.counters.reset()
-    all_ok = True
+    results = []
     with tempfile.TemporaryDirectory(prefix="surge-demo-") as debug_root:
         for title, target, make_inputs in demo_cases(device):
-            all_ok &= show_case(title, target, make_inputs, device, backend, debug_root, out)
-    out(f"\ncounters: {dict(surge.counters)}")
-    out("all results match eager" if all_ok else "SOME RESULTS DIFFER FROM EAGER")
-    return 0 if all_ok else 1
+            results.append(show_case(title, target, make_inputs, device, backend, debug_root, out))
+    lines, status = summary_lines(results, surge_backend_label(backend))
+    out("")
+    for line in lines:
+        out(line)
+    return status

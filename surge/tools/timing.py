@@ -1,6 +1,8 @@
 """Measurement primitives of the bench: timing, device sync, copy bandwidth, peak memory."""
 from __future__ import annotations
 
+import dataclasses
+import math
 import statistics
 import time
 from typing import Callable
@@ -45,29 +47,72 @@ def _timed_call(step: Callable[[], object], cuda: bool) -> float:
     return time.perf_counter() - t0
 
 
-def interleaved_medians(steps: dict[str, Callable[[], object]], device: str, *, warmup: int = 3,
-                        min_reps: int = 5, max_reps: int = 200, budget_s: float = 1.0) -> dict[str, float]:
-    """Median seconds of each step, timed in rounds that call every step once.
+def interleaved_times(steps: dict[str, Callable[[], object]], device: str, *, warmup: int = 3,
+                      min_reps: int = 5, max_reps: int = 200, budget_s: float = 1.0,
+                      timer: Callable[[Callable[[], object]], float] | None = None) -> dict[str, list[float]]:
+    """Seconds of each call of each step, timed in rounds that call every step once.
 
     Calls alternate between the contenders (the first of a round rotates), so a
     clock, thermal or background-load drift during the measurement weighs on all of
     them alike instead of on whoever ran last. Each call is timed alone, as in
-    ``median_time``; the rounds go on until ``budget_s`` per step is spent."""
+    ``median_time`` (``timer`` replaces that timing, for tests); the rounds go on
+    until ``budget_s`` per step is spent. Entry ``k`` of every list is from round ``k``."""
     names = list(steps)
     for name in names:
         for _ in range(warmup):
             steps[name]()
     synchronize(device)
+    cuda = device.startswith("cuda")
+    timer = timer or (lambda step: _timed_call(step, cuda))
     times: dict[str, list] = {name: [] for name in names}
     deadline = time.perf_counter() + budget_s * len(names)
-    cuda = device.startswith("cuda")
     rounds = 0
     while rounds < max_reps and (rounds < min_reps or time.perf_counter() < deadline):
         shift = rounds % len(names)
         for name in names[shift:] + names[:shift]:
-            times[name].append(_timed_call(steps[name], cuda))
+            times[name].append(timer(steps[name]))
         rounds += 1
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
+
+
+def interleaved_medians(steps: dict[str, Callable[[], object]], device: str, **kwargs) -> dict[str, float]:
+    """Median seconds of each step, from ``interleaved_times``."""
+    return {name: statistics.median(t) for name, t in interleaved_times(steps, device, **kwargs).items()}
+
+
+# Rounds whose speed ratios disagree by more than this (interquartile range over the
+# median) were disturbed too much for one ratio to describe them.
+MAX_RATIO_SPREAD = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Speedup:
+    """How much faster ``candidate`` ran than ``baseline`` over interleaved rounds."""
+
+    baseline_s: float     # median seconds per call
+    candidate_s: float
+    ratio: float          # baseline_s / candidate_s (above 1: the candidate is faster)
+    spread: float         # the per-round ratios' interquartile range over their median
+    rounds: int
+
+    @property
+    def reliable(self) -> bool:
+        return self.spread <= MAX_RATIO_SPREAD
+
+
+def speedup(baseline: list[float], candidate: list[float]) -> Speedup:
+    """The speedup of two steps timed in the same rounds (``interleaved_times``): the ratio
+    of their medians, and how much the ratio moved from round to round."""
+    if len(baseline) != len(candidate) or not baseline:
+        raise ValueError("speedup needs the two steps' times from the same interleaved rounds")
+    per_round = [b / c if c > 0 else math.inf for b, c in zip(baseline, candidate)]
+    if len(per_round) >= 4:
+        q1, median, q3 = statistics.quantiles(per_round, n=4)
+    else:
+        q1, median, q3 = min(per_round), statistics.median(per_round), max(per_round)
+    spread = (q3 - q1) / median if math.isfinite(q3) and median > 0 else math.inf
+    base_s, cand_s = statistics.median(baseline), statistics.median(candidate)
+    return Speedup(base_s, cand_s, base_s / cand_s if cand_s > 0 else math.inf, spread, len(per_round))
 
 
 def timed_once(step: Callable[[], object], device: str) -> tuple[float, object]:

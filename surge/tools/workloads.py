@@ -7,6 +7,7 @@ measurement: sizes so small that the time is all Python and launches).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 from typing import Any, Callable
@@ -16,6 +17,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 SCALES = ("full", "quick", "tiny")
+# "default": surge's own workloads; "models": the model zoo (zoo_workloads.py).
+SUITES = ("default", "models")
+
+
+class Unavailable(Exception):
+    """This workload cannot be built here (a library it needs is missing); the message says why."""
 
 
 @dataclasses.dataclass
@@ -38,6 +45,8 @@ class Instance:
     # only): the basis of the achieved-bandwidth column.
     bytes_moved: int | None = None
     loss_fn: Callable | None = None
+    # Run forward and loss under torch.autocast to this dtype (mixed-precision training).
+    autocast: torch.dtype | None = None
 
     def fresh_target(self):
         if isinstance(self.target, nn.Module):
@@ -52,10 +61,17 @@ class Instance:
         params = [p for p in target.parameters() if p.requires_grad]
         for p in params:
             p.grad = None
-        out = compiled(*inputs)
-        loss = (self.loss_fn or _mean_square)(out, inputs)
+        with self.autocast_context(inputs):
+            out = compiled(*inputs)
+            loss = (self.loss_fn or _mean_square)(out, inputs)
         loss.backward()
         return [loss.detach()] + [p.grad for p in params]
+
+    def autocast_context(self, inputs):
+        if self.autocast is None:
+            return contextlib.nullcontext()
+        device = next((t.device.type for t in inputs if isinstance(t, torch.Tensor)), "cpu")
+        return torch.autocast(device, dtype=self.autocast)
 
     @property
     def tolerance(self) -> tuple[float, float]:
@@ -73,12 +89,15 @@ def _mean_square(out, inputs):
 
 WORKLOADS: dict[str, Callable[[str, str], Instance]] = {}
 DESCRIPTIONS: dict[str, str] = {}
+SUITE_OF: dict[str, str] = {}
 
 
-def workload(name: str, description: str):
+def workload(name: str, description: str, suite: str = "default"):
     def register(build):
+        assert suite in SUITES, suite
         WORKLOADS[name] = build
         DESCRIPTIONS[name] = description
+        SUITE_OF[name] = suite
         return build
 
     return register
@@ -319,15 +338,21 @@ def llama_bundled_workload(device, scale):
     )
 
 
-def names() -> list[str]:
+def names(suite: str = "default") -> list[str]:
+    """The workloads of ``suite``, in the order the bench runs them."""
     from . import hf_workloads  # noqa: F401  (registers the transformers workloads when installed)
+    from . import zoo_workloads  # noqa: F401  (registers the model zoo)
 
-    return list(WORKLOADS)
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r}; one of {SUITES}")
+    return [name for name in WORKLOADS if SUITE_OF[name] == suite]
 
 
 def build(name: str, device: str, scale: str) -> Instance:
+    """The workload at this size; raises ``Unavailable`` when a library it needs is missing."""
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; one of {SCALES}")
-    if name not in names():
-        raise ValueError(f"unknown workload {name!r}; known workloads: {', '.join(names())}")
+    names()  # registers every suite
+    if name not in WORKLOADS:
+        raise ValueError(f"unknown workload {name!r}; known workloads: {', '.join(WORKLOADS)}")
     return WORKLOADS[name](device, scale)

@@ -5,7 +5,7 @@ import pytest
 
 from surge.__main__ import main
 from surge.tools import bench, workloads
-from surge.tools.bench_report import format_table, table_rows
+from surge.tools.bench_report import format_footer, format_table, table_rows
 
 
 def quick_config(**changes):
@@ -51,6 +51,11 @@ def test_cli_runs_all_contenders_and_writes_json(tmp_path, capsys):
             assert w["results"][contender]["status"] == "ok"
             assert w["speedup_over_eager"][contender] > 0
         assert w["surge_over_torch_compile"] > 0
+        # Both compilers' graphs and breaks are counted; straight-line code is one graph.
+        for contender in ("torch.compile", "surge"):
+            counted = w["results"][contender]
+            assert (counted["graphs"], counted["graph_breaks"]) == (1, 0), (contender, counted)
+        assert w["results"]["surge"]["fallbacks"] == 0
         assert isinstance(w["results"]["surge"]["compile_phases_s"], dict)
     assert data["workloads"][1]["results"]["surge"]["bandwidth_Bps"] > 0  # memory-bound workload
     if out_png.exists():
@@ -138,3 +143,36 @@ def test_a_contender_failing_while_timed_does_not_stop_the_others(monkeypatch):
     results = bench.run_contenders(cfg, instance, None, inputs, inputs)
     assert results["eager"].status == "ok" and results["eager"].median_s > 0
     assert results["surge"].status == "error" and "later call" in results["surge"].message
+
+
+def test_a_surge_row_that_compiled_nothing_is_not_ok(capsys):
+    def broken_backend(gm, example_inputs):
+        raise RuntimeError("this backend compiles nothing")
+
+    run = bench.run_bench(quick_config(surge_backend=broken_backend, only=["softmax"]))
+    wr = run["workloads"][0]
+    r = wr.results["surge"]
+    assert (r.graphs, r.fallbacks) == (0, 1) and r.ran_eagerly() == "0 graphs compiled"
+    rows = table_rows(wr, run["environment"])
+    assert rows[1][1] == "surge" and rows[1][-1].startswith("EAGER (")
+    footer = format_footer(run["workloads"])
+    assert "!! 1 rows ran (partly) eagerly" in footer and "softmax/surge: 0 graphs compiled" in footer
+    assert "geometric mean speedup over eager, surge" not in footer   # an eager row is not a speedup
+
+
+def test_a_noisy_speedup_is_marked():
+    wr = bench.WorkloadResult("w", "", {}, "float32", False, None, {
+        "eager": bench.ContenderResult(median_s=0.01),
+        "surge": bench.ContenderResult(median_s=0.005, graphs=1, fallbacks=0, speedup_spread=3.0),
+    })
+    assert table_rows(wr, {})[1][3] == "2.00x?"
+    assert "do not trust it" in format_footer([wr])
+
+
+def test_graphs_from_the_disk_cache_count_as_compiled(tmp_path, monkeypatch):
+    # A second process (here: after surge.reset()) takes the capture from disk: not "EAGER".
+    monkeypatch.setenv("SURGE_FRONTEND_CACHE", "1")
+    monkeypatch.setenv("SURGE_CACHE_DIR", str(tmp_path))
+    first = bench.run_workload(quick_config(), "softmax").results["surge"]
+    second = bench.run_workload(quick_config(), "softmax").results["surge"]
+    assert first.graphs == second.graphs == 1 and second.ran_eagerly() is None

@@ -9,15 +9,17 @@ into a gather and cost several times the kernel's arithmetic.
 
 The kernels have static sizes, so the question "which affine function is this
 on the whole domain" is answered exactly by evaluating the expression on every
-point of the domain (with numpy, for domains up to ``MAX_POINTS``). Where the
+point of the domain (as int64 tensors, for domains up to ``MAX_POINTS``). Where the
 whole expression is not affine, the innermost variable alone may still enter
 affinely (``f(outer, v) = f(outer, 0) + a*v``): then only the outer part keeps
 its divisions, which the compiler hoists out of the vector loop.
 """
 from __future__ import annotations
 
-import numpy as np
+import math
+
 import sympy
+import torch
 
 from ...lowering.sizes import FloorDiv, Mod
 
@@ -25,9 +27,15 @@ from ...lowering.sizes import FloorDiv, Mod
 MAX_POINTS = 1 << 21
 
 
+def _integer(value: int) -> torch.Tensor:
+    return torch.tensor(value, dtype=torch.int64)
+
+
 def _evaluate(expr: sympy.Expr, env: dict):
+    # torch's ``//`` and ``%`` on integer tensors round toward minus infinity, as
+    # sympy's FloorDiv and Mod do.
     if expr.is_Integer:
-        return np.int64(int(expr))
+        return _integer(int(expr))
     if expr.is_Symbol:
         return env[expr]
     if isinstance(expr, FloorDiv):
@@ -35,12 +43,12 @@ def _evaluate(expr: sympy.Expr, env: dict):
     if isinstance(expr, Mod):
         return _evaluate(expr.args[0], env) % _evaluate(expr.args[1], env)
     if expr.is_Add:
-        out = np.int64(0)
+        out = _integer(0)
         for a in expr.args:
             out = out + _evaluate(a, env)
         return out
     if expr.is_Mul:
-        out = np.int64(1)
+        out = _integer(1)
         for a in expr.args:
             out = out * _evaluate(a, env)
         return out
@@ -59,35 +67,35 @@ def affine_index(expr: sympy.Expr, sizes: dict, innermost: str | None) -> sympy.
     if not symbols or any(s.name not in sizes for s in symbols):
         return expr
     shape = tuple(int(sizes[s.name]) for s in symbols)
-    if 0 in shape or int(np.prod(shape)) > MAX_POINTS:
+    if 0 in shape or math.prod(shape) > MAX_POINTS:
         return expr
     env = {}
     for axis, s in enumerate(symbols):
         view = [1] * len(symbols)
         view[axis] = shape[axis]
-        env[s] = np.arange(shape[axis], dtype=np.int64).reshape(view)
+        env[s] = torch.arange(shape[axis], dtype=torch.int64).reshape(view)
     try:
-        values = np.broadcast_to(_evaluate(expr, env), shape)
-    except (NotImplementedError, ZeroDivisionError, FloatingPointError):
+        values = _evaluate(expr, env).expand(shape)
+    except (NotImplementedError, ZeroDivisionError, RuntimeError):  # torch raises RuntimeError on x // 0
         return expr
     origin = (0,) * len(symbols)
-    base = int(values[origin])
+    base = int(values[origin].item())
     coefficients = []
     for axis in range(len(symbols)):
         unit = list(origin)
         unit[axis] = 1 if shape[axis] > 1 else 0
-        coefficients.append(int(values[tuple(unit)]) - base)
-    affine = np.int64(base)
+        coefficients.append(int(values[tuple(unit)].item()) - base)
+    affine = _integer(base)
     for axis, s in enumerate(symbols):
         affine = affine + coefficients[axis] * env[s]
-    if np.array_equal(values, np.broadcast_to(affine, shape)):
+    if torch.equal(values, affine.expand(shape)):
         return sympy.Integer(base) + sum((c * s for c, s in zip(coefficients, symbols)), sympy.Integer(0))
     names = [s.name for s in symbols]
     if innermost not in names:
         return expr
     axis = names.index(innermost)
     inner = symbols[axis]
-    first = np.take(values, [0], axis=axis)
-    if np.array_equal(values - first, np.broadcast_to(coefficients[axis] * env[inner], shape)):
+    first = values.narrow(axis, 0, 1)
+    if torch.equal(values - first, (coefficients[axis] * env[inner]).expand(shape)):
         return expr.xreplace({inner: sympy.Integer(0)}) + coefficients[axis] * inner
     return expr
