@@ -269,15 +269,15 @@ def _remove(path: str) -> None:
 class Store:
     """One cache's folder (see the module docstring). Names are file names in it."""
 
-    def __init__(self, kind: str, read_folders: list, write_folder: str):
+    def __init__(self, kind: str, read_folders: list, folder: str):
         self.kind = kind
         self.read_folders = read_folders
-        self.write_folder = write_folder
-        self._folders = list(dict.fromkeys(read_folders + [write_folder]))
+        self.folder = folder             # where new files go
+        self._folders = list(dict.fromkeys(read_folders + [folder]))
 
     def path(self, name: str) -> str:
         """Where ``name`` is written."""
-        return os.path.join(self.write_folder, name)
+        return os.path.join(self.folder, name)
 
     # data surge parses itself: header + payload in one file
 
@@ -315,8 +315,8 @@ class Store:
     def temp_path(self, suffix: str) -> str:
         """A new private file in the write folder, for a tool (the C++ compiler) to write
         into; ``install_file`` stores what it wrote."""
-        _make_folders(self.write_folder)
-        fd, tmp = tempfile.mkstemp(dir=self.write_folder, prefix=".", suffix=suffix + TEMP_SUFFIX)
+        _make_folders(self.folder)
+        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".", suffix=suffix + TEMP_SUFFIX)
         os.close(fd)
         return tmp
 
@@ -373,13 +373,13 @@ class Store:
     def _write(self, name: str, write) -> str | None:
         """Write into this store's folder, or, when that fails (a full disk, a folder made
         read-only since), into this process's private folder."""
-        path = os.path.join(self.write_folder, name)
+        path = os.path.join(self.folder, name)
         try:
             write(path)
             return path
         except OSError as why:
             logs.log("perf", f"disk cache: could not write {path} ({why})")
-        if _PRIVATE and self.write_folder.startswith(_PRIVATE[0] + os.sep):
+        if _PRIVATE and self.folder.startswith(_PRIVATE[0] + os.sep):
             return None
         folder = _private(self.kind)
         path = os.path.join(folder, name)

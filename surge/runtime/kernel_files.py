@@ -33,7 +33,7 @@ def _cache_root(module_file: str) -> str:
 
 def kernel_folder(module_file: str) -> str:
     """The folder where the kernel files of the module ``module_file`` are written."""
-    return cache_store.store(_cache_root(module_file), "kernels").write_folder
+    return cache_store.store(_cache_root(module_file), "kernels").folder
 
 
 def import_kernel_file(path: str, key: str):
