@@ -93,7 +93,7 @@ def _make_folders(path: str) -> None:
             os.mkdir(folder, FOLDER_MODE)
         except FileExistsError:
             if not os.path.isdir(folder):
-                raise
+                raise NotADirectoryError(f"{folder} is not a folder") from None
 
 
 def _writable(folder: str) -> bool:
@@ -124,6 +124,7 @@ def _warn(key: str, folder: str, problem: str, consequence: str) -> None:
 
 
 _PRIVATELY = "compiled code is kept in a private folder for this process only"
+_UNTRUSTED = "surge does not load from it (another user could change the code it holds); " + _PRIVATELY
 
 
 def _resolve(root: str, kind: str) -> tuple:
@@ -139,8 +140,7 @@ def _resolve(root: str, kind: str) -> tuple:
     for folder in (root, configured):
         problem = folder_problem(folder) if os.path.isdir(folder) else None
         if problem is not None:
-            _warn(root, folder, problem, "surge does not load from it (another user could change the code "
-                                         "it holds); " + _PRIVATELY)
+            _warn(root, folder, problem, _UNTRUSTED)
             return [], _private(kind)
     if not os.path.isdir(configured):   # a read-only root without this kind's folder
         _warn(root, root, "is not writable", _PRIVATELY)
@@ -165,7 +165,7 @@ def store(root: str, kind: str) -> "Store":
     resolved once per process."""
     found = _STORES.get((root, kind))
     if found is None:
-        found = _STORES[(root, kind)] = Store(kind, *_resolve(root, kind))
+        found = _STORES[(root, kind)] = Store(kind, os.path.abspath(root), *_resolve(root, kind))
     return found
 
 
@@ -269,11 +269,33 @@ def _remove(path: str) -> None:
 class Store:
     """One cache's folder (see the module docstring). Names are file names in it."""
 
-    def __init__(self, kind: str, read_folders: list, folder: str):
+    def __init__(self, kind: str, root: str, read_folders: list, folder: str):
         self.kind = kind
+        self.root = root
         self.read_folders = read_folders
         self.folder = folder             # where new files go
         self._folders = list(dict.fromkeys(read_folders + [folder]))
+
+    def _trusted(self) -> list:
+        """The folders to read from, each checked now with its parent (the cache root, or
+        the private one): trust is checked before every read, not once per process. A
+        folder that fails is dropped, with one warning; writes then go to the private folder."""
+        out = []
+        for folder in list(self._folders):
+            if not os.path.isdir(folder):
+                continue   # nothing there (yet)
+            for step in (os.path.dirname(folder), folder):
+                problem = folder_problem(step)
+                if problem is not None:
+                    _warn(self.root, step, problem, _UNTRUSTED)
+                    self._folders.remove(folder)
+                    if folder == self.folder:
+                        self.folder = _private(self.kind)
+                        self._folders.append(self.folder)
+                    break
+            else:
+                out.append(folder)
+        return out
 
     def path(self, name: str) -> str:
         """Where ``name`` is written."""
@@ -283,7 +305,7 @@ class Store:
 
     def read_bytes(self, name: str) -> bytes | None:
         """The payload stored under ``name``; None when there is none or it is damaged."""
-        for folder in self._folders:
+        for folder in self._trusted():
             found = _read_framed(os.path.join(folder, name))
             if found is not None:
                 return found
@@ -298,7 +320,7 @@ class Store:
     def read_file(self, name: str) -> tuple | None:
         """(path, bytes) of an intact ``name``; None when there is none or it is damaged.
         Load from that path only what these bytes are (hash before dlopen or import)."""
-        for folder in self._folders:
+        for folder in self._trusted():
             path = os.path.join(folder, name)
             found = _read_checked(path)
             if found is not None:
@@ -334,7 +356,7 @@ class Store:
 
     def read_folder(self, name: str) -> dict | None:
         """{file name: (path, bytes)} of an intact folder ``name``, or None."""
-        for folder in self._folders:
+        for folder in self._trusted():
             path = os.path.join(folder, name)
             if os.path.isdir(path):
                 found = _read_folder(path)
@@ -373,6 +395,7 @@ class Store:
     def _write(self, name: str, write) -> str | None:
         """Write into this store's folder, or, when that fails (a full disk, a folder made
         read-only since), into this process's private folder."""
+        self._trusted()   # not into a folder that is no longer trusted
         path = os.path.join(self.folder, name)
         try:
             write(path)
