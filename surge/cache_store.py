@@ -30,6 +30,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import os
+import pathlib
 import shutil
 import stat
 import tempfile
@@ -55,6 +56,21 @@ def _record(data: bytes) -> bytes:
 
 def _matches(record: bytes, data: bytes) -> bool:
     return record == _record(data)
+
+
+def sources_fingerprint(folders: tuple, versions: str) -> str:
+    """A hash of surge's sources in ``folders`` (of the package) and of ``options.py``,
+    with the ``versions`` of what else shapes an entry (torch, triton, Python): a
+    changed surge or dependency never reads another's entries. Callers cache it."""
+    root = pathlib.Path(__file__).resolve().parent
+    hasher = hashlib.sha256()
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            hasher.update(str(path.relative_to(root)).encode())
+            hasher.update(path.read_bytes())
+    hasher.update((root / "options.py").read_bytes())
+    hasher.update(versions.encode())
+    return hasher.hexdigest()
 
 
 # ---------------------------------------------------------------- trust

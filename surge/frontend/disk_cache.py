@@ -35,7 +35,6 @@ import enum
 import functools
 import hashlib
 import os
-import pathlib
 import pickle
 import sys
 import types
@@ -77,14 +76,7 @@ class Record:
 
 @functools.lru_cache(maxsize=1)
 def _frontend_fingerprint() -> str:
-    root = pathlib.Path(__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
-    digest.update((root.parent / "options.py").read_bytes())
-    digest.update(f"{torch.__version__} {sys.version}".encode())
-    return digest.hexdigest()
+    return cache_store.sources_fingerprint(("frontend",), f"{torch.__version__} {sys.version}")
 
 
 def _code_digest(code: types.CodeType, digest) -> None:

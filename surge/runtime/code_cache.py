@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import pathlib
 import types
 
 import torch
@@ -29,16 +28,9 @@ _COMPILER_DIRS = ("lowering", "schedule", "codegen", "runtime")
 @functools.lru_cache(maxsize=1)
 def compiler_fingerprint() -> str:
     """Hash of the compiler's own sources: a changed compiler never reads stale code."""
-    root = pathlib.Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256()
-    for folder in _COMPILER_DIRS:
-        for path in sorted((root / folder).rglob("*.py")):
-            digest.update(path.read_bytes())
-    from .graph_cache import triton_version
+    from .graph_cache import triton_version   # read without importing triton (slow, and cpp needs none)
 
-    digest.update(triton_version().encode())  # read without importing triton (slow, and the cpp backend needs none)
-    digest.update(torch.__version__.encode())
-    return digest.hexdigest()
+    return cache_store.sources_fingerprint(_COMPILER_DIRS, f"{torch.__version__} {triton_version()}")
 
 
 def _describe_input(x) -> str:

@@ -31,7 +31,6 @@ import dataclasses
 import functools
 import hashlib
 import io
-import pathlib
 import pickle
 import sys
 import types
@@ -55,17 +54,7 @@ class Uncacheable(Exception):
 @functools.lru_cache(maxsize=1)
 def versions_fingerprint() -> str:
     """surge's compiler sources, torch's and triton's versions (triton is not imported)."""
-    root = pathlib.Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256()
-    for folder in _SOURCE_DIRS:
-        for path in sorted((root / folder).rglob("*.py")):
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
-    digest.update((root / "options.py").read_bytes())
-    digest.update(torch.__version__.encode())
-    digest.update(triton_version().encode())
-    digest.update(sys.version.encode())
-    return digest.hexdigest()
+    return cache_store.sources_fingerprint(_SOURCE_DIRS, f"{torch.__version__} {triton_version()} {sys.version}")
 
 
 @functools.lru_cache(maxsize=1)
