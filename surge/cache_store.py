@@ -23,7 +23,9 @@ files in one folder of the cache root through a ``Store``, which gives them:
   writable (a read-only copy) is still read; new entries go to the private folder.
 
 The stores never raise on a disk problem: a read that cannot happen is a miss,
-a write that cannot happen is logged, and the compile goes on.
+a write that cannot happen is logged, and the compile goes on. The keys are the
+caches' own; ``sources_fingerprint`` is the part of them that names surge's
+sources and its dependencies' versions.
 """
 from __future__ import annotations
 
@@ -42,8 +44,7 @@ HEADER_MAGIC = b"surge-cache-1"
 SIDECAR_SUFFIX = ".sum"
 TEMP_SUFFIX = ".tmp"
 MANIFEST = "manifest"
-FOLDER_MODE = 0o700
-FILE_MODE = 0o600
+FOLDER_MODE = 0o700   # files get 0600 from mkstemp
 
 
 def digest(data: bytes) -> str:
@@ -129,9 +130,14 @@ _PRIVATE: list = []   # this process's private cache root, made on first need
 def private_root() -> str:
     if not _PRIVATE:
         root = tempfile.mkdtemp(prefix="surge-cache-")   # mode 0700
-        atexit.register(shutil.rmtree, root, True)
+        atexit.register(_remove_private, root, os.getpid())
         _PRIVATE.append(root)
     return _PRIVATE[0]
+
+
+def _remove_private(root: str, owner_pid: int) -> None:
+    if os.getpid() == owner_pid:   # not from a forked child that exits before its parent
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _warn(key: str, folder: str, problem: str, consequence: str) -> None:
@@ -147,16 +153,16 @@ def _resolve(root: str, kind: str) -> tuple:
     """(folders to read from, folder to write to) for the cache ``kind`` under ``root``."""
     root = os.path.abspath(root)
     configured = os.path.join(root, kind)
+    for folder in (root, configured):   # checked before surge creates anything in them
+        problem = folder_problem(folder) if os.path.isdir(folder) else None
+        if problem is not None:
+            _warn(root, folder, problem, _UNTRUSTED)
+            return [], _private(kind)
     try:
         _make_folders(configured)
     except OSError as why:
         if not os.path.isdir(root):
             _warn(root, root, f"cannot be created ({why.strerror or why})", _PRIVATELY)
-            return [], _private(kind)
-    for folder in (root, configured):
-        problem = folder_problem(folder) if os.path.isdir(folder) else None
-        if problem is not None:
-            _warn(root, folder, problem, _UNTRUSTED)
             return [], _private(kind)
     if not os.path.isdir(configured):   # a read-only root without this kind's folder
         _warn(root, root, "is not writable", _PRIVATELY)
@@ -169,7 +175,7 @@ def _resolve(root: str, kind: str) -> tuple:
 
 def _private(kind: str) -> str:
     folder = os.path.join(private_root(), kind)
-    os.makedirs(folder, FOLDER_MODE, exist_ok=True)
+    _make_folders(folder)
     return folder
 
 
@@ -177,8 +183,8 @@ _STORES: dict = {}
 
 
 def store(root: str, kind: str) -> "Store":
-    """The store of the cache ``kind`` (a folder name) under the cache root ``root``,
-    resolved once per process."""
+    """The store of the cache ``kind`` (a folder name) under the cache root ``root``. Where
+    it reads and writes is decided once per process; trust is checked again at each read."""
     found = _STORES.get((root, kind))
     if found is None:
         found = _STORES[(root, kind)] = Store(kind, os.path.abspath(root), *_resolve(root, kind))
