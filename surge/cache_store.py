@@ -252,7 +252,8 @@ def _read_folder(path: str) -> dict | None:
         return None
     manifest = _read_framed(os.path.join(path, MANIFEST))
     if manifest is None:
-        _rejected(path, "has no intact manifest")
+        if not os.path.exists(os.path.join(path, MANIFEST)):   # (a damaged one was reported)
+            _rejected(path, "has no manifest")
         return None
     files = {}
     for line in manifest.decode().splitlines():
@@ -294,7 +295,6 @@ class Store:
     def __init__(self, kind: str, root: str, read_folders: list, folder: str):
         self.kind = kind
         self.root = root
-        self.read_folders = read_folders
         self.folder = folder             # where new files go
         self._folders = list(dict.fromkeys(read_folders + [folder]))
 

@@ -36,14 +36,16 @@ def kernel_folder(module_file: str) -> str:
     return cache_store.store(_cache_root(module_file), "kernels").folder
 
 
-def import_kernel_file(path: str, key: str):
+def import_kernel_file(path: str, key: str, source: str | None = None):
     """The module of the kernel file ``path`` (named by its hash ``key``), imported once per
     process and interpreter mode (Triton fixes interpreted-or-compiled at decoration).
-    Run from its text, as generated modules are (no ``__pycache__`` in the cache)."""
+    Run from its text (``source``, checked by the caller; default: the file's), as
+    generated modules are: no ``__pycache__`` in the cache."""
     found = _MODULES.get((key, interpreting()))
     if found is None:
-        with open(path) as f:
-            source = f.read()
+        if source is None:
+            with open(path) as f:
+                source = f.read()
         found = types.ModuleType(f"surge_kernel_{key}")
         found.__file__ = path
         exec(compile(source, path, "exec"), found.__dict__)
@@ -67,7 +69,8 @@ def load_kernels(files: dict, kernels: dict, module_file: str) -> dict:
     root = _cache_root(module_file)
     store = cache_store.store(root, "kernels")
     paths = {key: _stored_kernel_file(store, key, text) for key, text in files.items()}
-    functions = {name: getattr(import_kernel_file(paths[meta["file"]], meta["file"]), meta["function"])
+    functions = {name: getattr(import_kernel_file(paths[meta["file"]], meta["file"], files[meta["file"]]),
+                               meta["function"])
                  for name, meta in kernels.items()}
     if _PRECOMPILE["enabled"] and not interpreting():
         _precompile(kernels, paths, root)
