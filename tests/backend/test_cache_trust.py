@@ -130,3 +130,14 @@ def test_a_read_only_root_is_read_and_new_entries_go_private(tmp_path, caplog, m
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
     warnings = _cache_warnings(caplog)
     assert warnings and all("not writable" in w for w in warnings)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through any mode bits")
+def test_an_empty_read_only_root_warns_once_and_compiles_privately(tmp_path, caplog):
+    root = tmp_path / "read_only"
+    root.mkdir(mode=0o500)
+    caplog.set_level(logging.WARNING, logger="surge")
+    _compile_and_check(root, frontend_cache=False)
+    (warning,) = _cache_warnings(caplog)
+    assert str(root) in warning and "is not writable" in warning
+    assert os.listdir(root) == []
