@@ -311,17 +311,14 @@ class Store:
                 if problem is not None:
                     _warn(self.root, step, problem, _UNTRUSTED)
                     self._folders.remove(folder)
-                    if folder == self.folder:
-                        self.folder = _private(self.kind)
-                        self._folders.append(self.folder)
+                    private = _private(self.kind)
+                    if folder == self.folder and folder != private:
+                        self.folder = private
+                        self._folders.append(private)
                     break
             else:
                 out.append(folder)
         return out
-
-    def path(self, name: str) -> str:
-        """Where ``name`` is written."""
-        return os.path.join(self.folder, name)
 
     # data surge parses itself: header + payload in one file
 
