@@ -213,3 +213,37 @@ def test_a_damaged_tuning_choice_is_tuned_again(damage, tmp_path):
     assert autotune.launch_config(meta, str(tmp_path), "H200") == autotune.candidate_configs(meta, False)[0]
     autotune.store_choice(str(tmp_path), key, chosen, [1.0, 0.5])
     assert autotune.launch_config(meta, str(tmp_path), "H200") == chosen
+
+
+BINARY_CHILD = r'''
+import json, torch, surge
+def f(x, w):
+    return torch.nn.functional.gelu(x * w + 1.0).sum(-1)
+x = torch.randn(300, 200, device="cuda"); w = torch.randn(200, device="cuda")
+out = surge.compile(f, backend="triton")(x, w)
+torch.cuda.synchronize()
+print(json.dumps({"ok": bool(torch.allclose(out, f(x, w), atol=1e-4, rtol=1e-4)),
+                  "binary_hits": surge.counters["binary_cache_hits"], "fallbacks": surge.counters["fallbacks"]}))
+'''
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="kernel binaries are kept on GPUs")
+def test_a_damaged_kernel_binary_on_the_gpu_is_compiled_again(tmp_path):
+    """The real thing on a GPU: the damaged binary is never handed to the driver."""
+    def child():
+        env = dict(os.environ, SURGE_CACHE_DIR=str(tmp_path / "surge"), TRITON_CACHE_DIR=str(tmp_path / "triton"),
+                   SURGE_GRAPH_CACHE="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        out = subprocess.run([sys.executable, "-c", BINARY_CHILD], env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, f"exit {out.returncode}: {out.stderr[-3000:]}"
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    assert child() == {"ok": True, "binary_hits": 0, "fallbacks": 0}
+    binaries = sorted((tmp_path / "surge" / "binaries").glob("*/*.cubin"))
+    assert binaries
+    for damage in DAMAGES:
+        for path in binaries:
+            damage(path)
+        assert child() == {"ok": True, "binary_hits": 0, "fallbacks": 0}, damage.__name__
+        assert all(cache_store._read_folder(str(p.parent)) is not None for p in binaries)
+    assert child()["binary_hits"] >= 1   # the binaries kept again serve the next process
