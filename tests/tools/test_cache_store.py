@@ -1,4 +1,4 @@
-"""The disk-cache helper (surge/cache_store.py) on its own: what it records at write,
+"""The disk-cache store (surge/cache_store.py) on its own: what it records at write,
 what it refuses at read, and where it writes when the cache folder cannot be written."""
 import os
 import stat
