@@ -140,3 +140,89 @@ def test_sdpa_and_where_on_cuda_inside_autocast_training():
         torch.testing.assert_close(grad, w.grad, atol=5e-2, rtol=2e-2)
         w.grad = None
     assert _counts(before) == {"graphs": 1, "graph_breaks": 0, "fallbacks": 0, "recompiles": 0}
+
+
+# ---- one training step of a small model under autocast, end to end ------------------
+
+BF16 = {"atol": 3e-2, "rtol": 3e-2}
+
+
+class SmallConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+            nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+        return self.fc(self.features(x))
+
+
+def _small_bert():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=32, num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return transformers.BertForSequenceClassification(config)
+
+
+def _convnet_batch():
+    return (torch.randn(2, 3, 8, 8),), torch.randint(0, 10, (2,))
+
+
+def _bert_batch():
+    ids = torch.randint(0, 64, (2, 8))
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[1, 6:] = 0
+    return (ids, mask), torch.randint(0, 3, (2,))
+
+
+def _logits(out):
+    return out if isinstance(out, torch.Tensor) else out.logits
+
+
+def _step_in_frame(model, inputs, labels):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = _logits(model(*inputs))
+    return F.cross_entropy(logits.float(), labels)
+
+
+@pytest.mark.parametrize("build,batch", [(SmallConvNet, _convnet_batch), (_small_bert, _bert_batch)],
+                         ids=["convnet", "bert"])
+@pytest.mark.parametrize("where", ["block_in_frame", "caller_block"])
+def test_one_training_step_under_autocast_is_one_graph(build, batch, where):
+    """``where``: the autocast block inside the compiled step, or around a call of the
+    compiled model (as training loops write it)."""
+    torch.manual_seed(0)
+    model = build().train()
+    reference = build().train()
+    reference.load_state_dict(model.state_dict())
+    if where == "block_in_frame":
+        compiled = surge.compile(_step_in_frame, backend="aot_eager")
+        step = lambda m, inputs, labels: compiled(m, inputs, labels)  # noqa: E731
+    else:
+        compiled_model = surge.compile(model, backend="aot_eager")
+
+        def step(m, inputs, labels):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits = _logits(compiled_model(*inputs))
+            return F.cross_entropy(logits.float(), labels)
+
+    before = dict(surge.counters)
+    for _ in range(2):  # the second step is a cache hit on fresh inputs
+        inputs, labels = batch()
+        loss = step(model, inputs, labels)
+        loss.backward()
+        ref = _step_in_frame(reference, inputs, labels)
+        ref.backward()
+        torch.testing.assert_close(loss, ref, **BF16)
+        for (name, p), r in zip(model.named_parameters(), reference.parameters()):
+            assert p.grad is not None, name
+            torch.testing.assert_close(p.grad, r.grad, **BF16, msg=name)
+        for (name, b), r in zip(model.named_buffers(), reference.buffers()):
+            torch.testing.assert_close(b, r, **BF16, msg=name)  # batchnorm running statistics
+        model.zero_grad(set_to_none=True)
+        reference.zero_grad(set_to_none=True)
+    assert _counts(before) == {"graphs": 1, "graph_breaks": 0, "fallbacks": 0, "recompiles": 0}
