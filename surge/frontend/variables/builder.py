@@ -78,6 +78,10 @@ def wrap_value(tx, value, source):
     if type(value) is _LIST_ITERATOR:
         return _wrap_list_iterator(tx, value, source)
     if isinstance(value, torch.nn.Module):
+        if guards and _made_per_call(tx, source):
+            # An identity guard would fail on every call: its attributes are guarded as read.
+            guards.type_is(source, type(value))
+            return NNModuleVariable(value, source, by_type=True)
         if guards:
             guards.identity(source, value)
         return NNModuleVariable(value, source)
@@ -106,6 +110,14 @@ def wrap_value(tx, value, source):
 
 
 _LIST_ITERATOR = type(iter([]))
+
+
+def _made_per_call(tx, source) -> bool:
+    """Whether ``source`` is reached from a root parameter that holds an object made anew
+    on every call (a resume function's stack value or a local the break code rebuilt)."""
+    while source.parent is not None:
+        source = source.parent
+    return getattr(source, "param", None) in tx.fresh_parameters
 
 
 def _is_nested_function(value) -> bool:

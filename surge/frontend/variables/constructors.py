@@ -70,7 +70,9 @@ def construct(tx, class_var, args, kwargs):
     if isinstance(cls, type) and issubclass(cls, enum.Enum):
         return ConstantVariable(cls(*[a.as_constant() for a in args]))
     if issubclass(cls, torch.nn.Module):
-        unsupported(f"creating a module ({cls.__qualname__}) inside compiled code")
+        from .frame_modules import construct_module
+
+        return construct_module(tx, cls, args, kwargs)
     if issubclass(cls, BaseException):
         from .objects import ExceptionVariable
 

@@ -203,19 +203,21 @@ class UserObjectVariable(ObjectVariable):
 
 
 class NNModuleVariable(ObjectVariable):
-    """An nn.Module; identity-guarded, so its attributes are read through a constant."""
+    """An nn.Module; identity-guarded, so its attributes are read through a constant
+    (``by_type``: a module made anew per call, type-guarded, read through its source)."""
 
-    def __init__(self, module: torch.nn.Module, source):
+    def __init__(self, module: torch.nn.Module, source, by_type: bool = False):
         self.obj = module
         self.source = source
+        self.by_type = by_type
 
     @property
     def module(self):
         return self.obj
 
     def child_source(self):
-        if self.source is None:
-            return None
+        if self.source is None or self.by_type:
+            return self.source
         return ConstSource(self.obj, self.source.name())
 
     def getattr_fallback(self, tx, name):
@@ -586,6 +588,12 @@ class NewObjectVariable(Variable):
             unsupported(f"assigning data descriptor {name!r} of {self.cls.__qualname__}")
         self.attrs[name] = value
 
+    def call(self, tx, args, kwargs):
+        call = static_lookup(self.cls, "__call__")
+        if not isinstance(call, types.FunctionType):
+            unsupported(f"calling a {self.cls.__qualname__} object")
+        return bind_class_attribute(tx, self, self.cls, "__call__", call).call(tx, args, kwargs)
+
     def __repr__(self):
         return f"NewObjectVariable({self.cls.__qualname__})"
 
@@ -666,6 +674,10 @@ class SuperVariable(Variable):
                     return ObjectSlotVariable(self.self_var, name)
                 if klass is torch.nn.Module and name == "__getattr__" and isinstance(self.self_var, NNModuleVariable):
                     return ModuleGetattrVariable(self.self_var)
+                if klass is torch.nn.Module and isinstance(self.self_var, NewObjectVariable):
+                    from .frame_modules import base_method
+
+                    return base_method(tx, self.self_var, name)  # a module built in the frame
                 if isinstance(value, types.FunctionType) and value.__qualname__.startswith("Module.") \
                         and name != "forward":
                     unsupported(f"super().{name}() of nn.Module in compiled code")
