@@ -6,6 +6,7 @@ import contextlib
 import enum
 import functools
 import inspect
+import itertools
 import types
 
 import torch
@@ -40,6 +41,12 @@ def _default_dict(tx, factory=None, *rest, **kwargs):
     return d
 
 
+def _chain(tx, *iterables):
+    from .containers import IteratorVariable
+
+    return IteratorVariable([item for iterable in iterables for item in iterable.iterate(tx)])
+
+
 def _partial(tx, fn, *args, **kwargs):
     from .functions import PartialVariable
 
@@ -52,6 +59,7 @@ CLASS_RULES = {
     collections.OrderedDict: _ordered_dict,
     collections.defaultdict: _default_dict,
     functools.partial: _partial,
+    itertools.chain: _chain,
 }
 
 

@@ -623,6 +623,9 @@ class ClassVariable(Variable):
         static = static_lookup(self.cls, name)
         if static is _MISSING:
             raise AttributeMissing(name)
+        if name == "apply" and issubclass(self.cls, torch.autograd.Function):
+            from .autograd_functions import AutogradFunctionApplyVariable
+            return AutogradFunctionApplyVariable(self.cls)
         if isinstance(static, classmethod):
             from .functions import UserFunctionVariable, UserMethodVariable
 
