@@ -188,6 +188,41 @@ def test_attribute_of_a_fresh_module_at_a_break_is_guarded_by_value():
         torch.testing.assert_close(compiled(x, dim), f(x, dim))
 
 
+def test_containers_and_modes_of_modules_built_in_the_frame():
+    def f(x):
+        drop = nn.Dropout(0.5)
+        drop.eval()  # deterministic: eval() reached the module's state
+        block = nn.Sequential(nn.Tanh(), drop).train(False)
+        return block(x), drop.training, block.training
+
+    _check(f, lambda: (torch.randn(2, 4),))
+
+
+class RebuildsItsActivation(nn.Module):
+    def forward(self, x):
+        self.act = nn.GELU()  # registered on the real module, as eager does
+        return self.act(x)
+
+
+def test_module_built_in_the_frame_and_stored_on_an_input_module():
+    model = RebuildsItsActivation()
+    _check(model, lambda: (torch.randn(3),))
+    assert isinstance(model._modules["act"], nn.GELU) and "act" not in model.__dict__
+
+
+def test_registering_a_taken_name_raises_as_eager_does():
+    def f(x):
+        m = nn.Module()
+        m.k = 1
+        m.register_buffer("k", None)
+        return x
+
+    with pytest.raises(KeyError, match="already exists"):
+        f(torch.randn(2))
+    with pytest.raises(KeyError, match="already exists"):
+        surge.compile(f, backend="eager")(torch.randn(2))
+
+
 def test_modules_with_parameters_built_in_the_frame_run_eagerly_there():
     """Fresh random weights on each call: not captured, but the call still works."""
     def f(x):

@@ -20,7 +20,7 @@ import torch
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .constant import NONE, ConstantVariable
 from .containers import DictVariable, SetVariable
-from .objects import NNModuleVariable, NewObjectVariable, bind_class_attribute, static_lookup, static_owner
+from .objects import _MISSING, NNModuleVariable, NewObjectVariable, bind_class_attribute, static_lookup, static_owner
 
 _TABLES = ("_parameters", "_buffers", "_modules")
 
@@ -43,6 +43,10 @@ def _as_variable(value):
 
 
 def construct_module(tx, cls: type, args: list, kwargs: dict) -> "FrameModuleVariable":
+    hooks = torch.nn.modules.module
+    if hooks._global_module_registration_hooks or hooks._global_buffer_registration_hooks \
+            or hooks._global_parameter_registration_hooks:
+        unsupported("global nn.Module registration hooks are registered")
     if type(cls).__call__ is not type.__call__ or cls.__new__ is not object.__new__:
         unsupported(f"constructing {cls.__qualname__} (custom __new__ or metaclass __call__) in compiled code")
     module = FrameModuleVariable(cls)
@@ -57,18 +61,33 @@ def construct_module(tx, cls: type, args: list, kwargs: dict) -> "FrameModuleVar
 
 
 def module_init(tx, module: "FrameModuleVariable", *args, **kwargs):
-    if args or kwargs:
-        # nn.Module.__init__ passes them on only with call_super_init (a mixin's
-        # __init__ after Module in the MRO), which is not modelled.
-        unsupported("nn.Module.__init__ with arguments in compiled code")
+    if args or kwargs or module.cls.call_super_init:
+        # With call_super_init, nn.Module.__init__ goes on to the next __init__ in the
+        # MRO (a mixin's), with these arguments: not modelled.
+        unsupported("nn.Module.__init__ with arguments or call_super_init in compiled code")
     for name, value in _bare_module_state().items():
         module.attrs[name] = _as_variable(value)
     return NONE
 
 
+def _check_new_name(module, name, table: str) -> str:
+    """The checks nn.Module's register_* methods make before adding ``name`` to ``table``."""
+    key = name.as_constant()
+    what = {"_buffers": "buffer", "_modules": "module", "_parameters": "parameter"}[table]
+    if not isinstance(key, str):
+        raise_in_user_code(TypeError, f"{what} name should be a string. Got {type(key).__name__}")
+    if "." in key or not key:
+        raise_in_user_code(KeyError, f"{what} name can't contain \".\" or be empty")
+    known = key in module.attrs or static_lookup(module.cls, key) is not _MISSING or any(
+        key in module.table(t).items for t in _TABLES)
+    if known and key not in module.table(table).items:
+        raise_in_user_code(KeyError, f"attribute '{key}' already exists")
+    return key
+
+
 def _register_buffer(tx, module, name, tensor, persistent=ConstantVariable(True)):
     _check_tensor_or_none(tensor, "buffer")
-    key = name.as_constant()
+    key = _check_new_name(module, name, "_buffers")
     module.table("_buffers").items[key] = tensor
     names = module.attrs["_non_persistent_buffers_set"]
     if persistent.as_constant():
@@ -82,15 +101,32 @@ def _register_module(tx, module, name, child):
     if not (isinstance(child, (NNModuleVariable, FrameModuleVariable)) or child.is_constant()
             and child.as_constant() is None):
         raise_in_user_code(TypeError, f"{child} is not a Module subclass")
-    module.table("_modules").items[name.as_constant()] = child
+    module.table("_modules").items[_check_new_name(module, name, "_modules")] = child
     return NONE
 
 
 def _register_parameter(tx, module, name, param):
     if not (param.is_constant() and param.as_constant() is None):
         unsupported("registering a Parameter on a module built in compiled code")
-    module.table("_parameters").items[name.as_constant()] = param
+    module.table("_parameters").items[_check_new_name(module, name, "_parameters")] = param
     return NONE
+
+
+def _train(tx, module, mode=ConstantVariable(True)):
+    flag = mode.as_constant()
+    if not isinstance(flag, bool):
+        raise_in_user_code(ValueError, "training mode is expected to be boolean")
+    module.attrs["training"] = ConstantVariable(flag)
+    for child in module.table("_modules").items.values():
+        if isinstance(child, FrameModuleVariable):
+            child.getattr(tx, "train").call(tx, [ConstantVariable(flag)], {})  # its own train() if it has one
+        elif not child.is_constant():
+            unsupported("train()/eval() of a module built in compiled code that holds a module from the inputs")
+    return module
+
+
+def _eval(tx, module):
+    return module.getattr(tx, "train").call(tx, [ConstantVariable(False)], {})
 
 
 def _check_tensor_or_none(value, what: str) -> None:
@@ -114,6 +150,8 @@ MODULE_BASE_RULES = {
     "register_module": _register_module,
     "add_module": _register_module,
     "register_parameter": _register_parameter,
+    "train": _train,
+    "eval": _eval,
 }
 # nn.Module base methods that are plain Python and read only what the rules keep.
 _INLINED_BASE_METHODS = {"forward", "extra_repr", "_get_name"}
@@ -139,7 +177,14 @@ def base_method(tx, module: "FrameModuleVariable", name: str):
         return BoundModuleRule(module, MODULE_BASE_RULES[name])
     if name in _INLINED_BASE_METHODS:
         return bind_class_attribute(tx, module, module.cls, name, torch.nn.Module.__dict__[name])
-    unsupported(f"nn.Module.{name}() on a module built in compiled code")
+    return BoundModuleRule(module, _refused(name))
+
+
+def _refused(name: str):
+    # Refused when called, not when loaded: the break then hands the whole call to CPython.
+    def rule(tx, module, *args, **kwargs):
+        unsupported(f"nn.Module.{name}() on a module built in compiled code")
+    return rule
 
 
 class FrameModuleVariable(NewObjectVariable):
@@ -171,11 +216,6 @@ class FrameModuleVariable(NewObjectVariable):
             self.module_setattr(name, value)
             return
         super().setattr(tx, name, value)  # the class's own __setattr__, traced
-
-    def store_attribute(self, name, value, tx=None):
-        # ``object.__setattr__`` (super().__setattr__ past a class's own override
-        # reaches nn.Module.__setattr__ instead: ``base_method``).
-        self.attrs[name] = value
 
     def module_setattr(self, name: str, value) -> None:
         """``nn.Module.__setattr__``: modules, buffers and parameters go to their table."""
@@ -213,9 +253,6 @@ class FrameModuleVariable(NewObjectVariable):
         if not isinstance(forward, types.FunctionType):
             unsupported(f"{self.cls.__qualname__} has no Python forward")
         return bind_class_attribute(tx, self, self.cls, "forward", forward).call(tx, args, kwargs)
-
-    def truthy(self, tx):
-        return True
 
     def __repr__(self):
         return f"FrameModuleVariable({self.cls.__qualname__})"
