@@ -237,15 +237,38 @@ def test_loss_built_in_forward_is_one_graph_without_recompiles(name):
     assert _torch_compile_graphs(model, make_inputs()) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="the head assigns config.problem_type on its first call; huggingface_hub's "
-                   "strict-dataclass validation of that assignment reads a dict keyed by typing objects, which "
-                   "capture does not model (a graph break on the first call only)")
-def test_first_call_that_assigns_the_config_is_one_graph():
-    torch.manual_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=32, num_labels=3)
-    model = transformers.BertForSequenceClassification(config).eval()
-    kwargs = LOSS_HEADS["bert_classifier"][1]()
-    torch.testing.assert_close(surge.compile(model, backend="eager")(**kwargs).loss, model(**kwargs).loss)
-    assert surge.counters["graph_breaks"] == 0
+def test_first_call_that_assigns_the_config_makes_the_graphs_torch_compile_makes():
+    """The head sets ``config.problem_type`` on its first call; huggingface_hub validates
+    that assignment (a table of validators keyed by typing objects, ``__slots__`` of
+    dataclass fields): captured, then the changed config recompiles once."""
+    def build():
+        torch.manual_seed(0)
+        config = transformers.BertConfig(
+            vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+            intermediate_size=64, max_position_embeddings=32, num_labels=3)
+        return transformers.BertForSequenceClassification(config).eval()
+
+    model, make_inputs = build(), LOSS_HEADS["bert_classifier"][1]
+    compiled = surge.compile(model, backend="eager")
+    for _ in range(3):
+        kwargs = make_inputs()
+        torch.testing.assert_close(compiled(**kwargs).loss, model(**kwargs).loss)
+    assert model.config.problem_type == "single_label_classification"
+    assert surge.counters["graph_breaks"] == 0 and surge.counters["fallbacks"] == 0
+    assert surge.counters["graphs"] == 2 and surge.counters["recompiles"] == 1
+
+    graphs = []
+    peer = build()
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        compiled_peer = torch.compile(peer, backend=counting)
+        for _ in range(3):
+            compiled_peer(**make_inputs())
+    finally:
+        torch._dynamo.reset()
+    assert len(graphs) == surge.counters["graphs"]

@@ -293,3 +293,44 @@ def test_autograd_function_apply_through_the_aot_layer():
     _square_then_add(x).sum().backward()
     torch.testing.assert_close(grad, x.grad)
     assert surge.counters["graphs"] == 1 and surge.counters["graph_breaks"] == 0
+
+
+# ---- library patterns: a table keyed by types, objects with __slots__ ----------------
+
+def _check_int(v):
+    return v * 2
+
+
+def _check_str(v):
+    return len(v)
+
+
+def _negate(v):
+    return -v
+
+
+CHECKS = {int: _check_int, str: _check_str, "default": _check_int}
+
+
+class Slotted:
+    __slots__ = ("name", "scale")
+
+    def __init__(self, name, scale):
+        self.name, self.scale = name, scale
+
+
+def test_dict_keyed_by_classes_and_slot_attributes():
+    def f(x, field, value):
+        check = CHECKS.get(type(value)) or CHECKS["default"]
+        return x * field.scale * check(value), field.name
+
+    compiled, recorder = compile_strict(f)
+    x = torch.randn(3)
+    for field, value in [(Slotted("a", 2.0), 3), (Slotted("b", 2.0), "abc"), (Slotted("a", 5.0), 3)]:
+        same(compiled(x, field, value), f(x, field, value))
+    CHECKS[int] = _negate  # the table's values are guarded too
+    try:
+        same(compiled(x, Slotted("a", 2.0), 7), f(x, Slotted("a", 2.0), 7))
+    finally:
+        CHECKS[int] = _check_int
+    assert surge.counters["graph_breaks"] == 0 and surge.counters["fallbacks"] == 0

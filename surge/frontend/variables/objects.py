@@ -140,6 +140,9 @@ class ObjectVariable(Variable):
                 hasattr(type(static), "__set__") and not isinstance(static, types.FunctionType))):
             if isinstance(static, property):
                 return bind_class_attribute(tx, self, cls, name, static)
+            if isinstance(static, types.MemberDescriptorType) and self.child_source() is not None \
+                    and hasattr(self.obj, name):  # a __slots__ entry: read like an instance attribute
+                return tx.wrap(getattr(self.obj, name), AttrSource(self.child_source(), name))
             unsupported(f"data descriptor {name!r} of {cls.__qualname__}")
         if name == "__dict__":
             unsupported(f"reading __dict__ of {cls.__qualname__}")
