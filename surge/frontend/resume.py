@@ -136,7 +136,7 @@ def fresh_parameters(code: types.CodeType) -> frozenset:
 
 def mark_fresh_locals(resume: ResumeCode, names) -> None:
     """Live locals of ``resume`` that a break hands over as objects made per call."""
-    _FRESH_PARAMETERS[resume.code].update(n for n in names if n in resume.layout.live_locals)
+    _FRESH_PARAMETERS.setdefault(resume.code, set()).update(n for n in names if n in resume.layout.live_locals)
 
 
 def user_name(code: types.CodeType) -> str:

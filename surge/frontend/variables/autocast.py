@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import torch
 from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
-
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..meta import META
@@ -198,13 +197,14 @@ def _nesting_depth() -> int:
 # ---- op metadata under autocast ------------------------------------------------------
 
 class DeviceMetaTensor(torch.Tensor):
-    """A meta tensor that reports its real device, so autocast treats it as eager would."""
+    """A meta tensor that reports its real device, so autocast treats it as eager would.
+    Made without requires_grad: ``_requiring_grad`` gives it the autograd history."""
 
     @staticmethod
-    def __new__(cls, meta: torch.Tensor, device: torch.device, requires_grad: bool = False):
+    def __new__(cls, meta: torch.Tensor, device: torch.device):
         r = torch.Tensor._make_wrapper_subclass(
             cls, meta.shape, strides=meta.stride(), storage_offset=meta.storage_offset(), dtype=meta.dtype,
-            device=device, requires_grad=requires_grad)
+            device=device, requires_grad=False)
         r.meta = meta
         return r
 

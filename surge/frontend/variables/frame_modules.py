@@ -196,6 +196,10 @@ class FrameModuleVariable(NewObjectVariable):
             raise_in_user_code(AttributeError, f"cannot assign before Module.__init__() call ({name} missing)")
         return table
 
+    def module_base_method(self, tx, name: str):
+        """``super().<name>`` resolved to nn.Module (``super().__init__()``)."""
+        return base_method(tx, self, name)
+
     def generic_getattr(self, tx, name):
         if static_owner(self.cls, name) is torch.nn.Module and name not in self.attrs:
             if isinstance(torch.nn.Module.__dict__[name], types.FunctionType):

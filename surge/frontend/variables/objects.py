@@ -10,6 +10,7 @@ import torch
 from torch.distributions.utils import lazy_property
 
 from ..sources import AttrSource, ConstSource, ModuleDictSource
+from .autograd_functions import AutogradFunctionApplyVariable
 from .attribute_hooks import ModuleGetattrVariable, call_getattr_hook, module_table_lookup, user_getattr_hook
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .constant import NONE, ConstantVariable
@@ -140,9 +141,8 @@ class ObjectVariable(Variable):
                 hasattr(type(static), "__set__") and not isinstance(static, types.FunctionType))):
             if isinstance(static, property):
                 return bind_class_attribute(tx, self, cls, name, static)
-            if isinstance(static, types.MemberDescriptorType) and self.child_source() is not None \
-                    and hasattr(self.obj, name):  # a __slots__ entry: read like an instance attribute
-                return tx.wrap(getattr(self.obj, name), AttrSource(self.child_source(), name))
+            if isinstance(static, types.MemberDescriptorType) and self.child_source() and hasattr(self.obj, name):
+                return tx.wrap(getattr(self.obj, name), AttrSource(self.child_source(), name))  # a __slots__ entry
             unsupported(f"data descriptor {name!r} of {cls.__qualname__}")
         if name == "__dict__":
             unsupported(f"reading __dict__ of {cls.__qualname__}")
@@ -206,8 +206,7 @@ class UserObjectVariable(ObjectVariable):
 
 
 class NNModuleVariable(ObjectVariable):
-    """An nn.Module; identity-guarded, so its attributes are read through a constant
-    (``by_type``: a module made anew per call, type-guarded, read through its source)."""
+    """An nn.Module; identity-guarded, its attributes read through a constant (``by_type``: made per call)."""
 
     def __init__(self, module: torch.nn.Module, source, by_type: bool = False):
         self.obj = module
@@ -627,7 +626,6 @@ class ClassVariable(Variable):
         if static is _MISSING:
             raise AttributeMissing(name)
         if name == "apply" and issubclass(self.cls, torch.autograd.Function):
-            from .autograd_functions import AutogradFunctionApplyVariable
             return AutogradFunctionApplyVariable(self.cls)
         if isinstance(static, classmethod):
             from .functions import UserFunctionVariable, UserMethodVariable
@@ -680,10 +678,8 @@ class SuperVariable(Variable):
                     return ObjectSlotVariable(self.self_var, name)
                 if klass is torch.nn.Module and name == "__getattr__" and isinstance(self.self_var, NNModuleVariable):
                     return ModuleGetattrVariable(self.self_var)
-                if klass is torch.nn.Module and isinstance(self.self_var, NewObjectVariable):
-                    from .frame_modules import base_method
-
-                    return base_method(tx, self.self_var, name)  # a module built in the frame
+                if klass is torch.nn.Module and hasattr(self.self_var, "module_base_method"):
+                    return self.self_var.module_base_method(tx, name)  # a module built in the frame
                 if isinstance(value, types.FunctionType) and value.__qualname__.startswith("Module.") \
                         and name != "forward":
                     unsupported(f"super().{name}() of nn.Module in compiled code")
