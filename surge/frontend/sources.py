@@ -258,3 +258,28 @@ class DictStorageSource:
 
     def expr(self, parent, consts):
         return f"{consts.ref(dict.__getitem__, 'dict_getitem')}({parent}, {self.key!r})"
+
+
+def class_entry(cls: type, name: str):
+    """``name`` as stored in the first class of ``cls.__mro__`` that defines it (no
+    descriptor call); AttributeError when none does (a guard reading it then fails)."""
+    for klass in cls.__mro__:
+        found = klass.__dict__.get(name, class_entry)
+        if found is not class_entry:
+            return found
+    raise AttributeError(name)
+
+
+@dataclass(frozen=True)
+class ClassEntrySource:
+    """A class-level attribute as the MRO finds it (``class_entry(parent, attr)``): what a
+    method, property or class attribute read through an instance or a class resolves to."""
+
+    parent: Source
+    attr: str
+
+    def name(self):
+        return f"{self.parent.name()}.__mro__ entry {self.attr!r}"
+
+    def expr(self, parent, consts):
+        return f"{consts.ref(class_entry, 'class_entry')}({parent}, {self.attr!r})"

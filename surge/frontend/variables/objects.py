@@ -12,6 +12,7 @@ from torch.distributions.utils import lazy_property
 from ..sources import AttrSource, ConstSource, ModuleDictSource
 from .attribute_hooks import ModuleGetattrVariable, call_getattr_hook, module_table_lookup, user_getattr_hook
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
+from .class_attributes import class_entry_source, class_entry_source_of, guard_class_entry
 from .constant import NONE, ConstantVariable
 
 _MISSING = object()
@@ -41,6 +42,9 @@ def bind_class_attribute(tx, self_var: Variable, cls: type, name: str, value):
     """Resolve a class-level attribute found for ``self_var`` (methods bind to it)."""
     from .functions import CACHE_WRAPPER_TYPE, UserFunctionVariable, UserMethodVariable
 
+    source = class_entry_source_of(cls, name, value)
+    if source is not None and _is_bindable(value):
+        tx.guards.identity(source, value)  # plain values are guarded by tx.wrap below
     if isinstance(value, types.FunctionType):
         return UserMethodVariable(UserFunctionVariable(value), self_var)
     if isinstance(value, CACHE_WRAPPER_TYPE) and isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
@@ -67,7 +71,7 @@ def bind_class_attribute(tx, self_var: Variable, cls: type, name: str, value):
         return OpaqueMethodVariable(self_var, name, value)
     if hasattr(type(value), "__get__") and not isinstance(value, type):
         unsupported(f"descriptor {type(value).__name__} for attribute {name!r} of {cls.__qualname__}")
-    return tx.wrap(value, None)
+    return tx.wrap(value, source)
 
 
 def call_python_dunder(tx, var: Variable, name: str, args: list):
@@ -153,6 +157,10 @@ class ObjectVariable(Variable):
                 # instance, so a later instance attribute shadowing it is noticed.
                 src = self.child_source()
                 return tx.wrap(getattr(self.obj, name), AttrSource(src, name) if src is not None else None)
+            src = self.child_source()
+            if src is not None and isinstance(getattr(self.obj, "__dict__", None), dict):
+                # An instance attribute set later would shadow the class's method.
+                tx.guards.add(src, f"{name!r} not in {{v}}.__dict__", f"{src.name()} has no instance attribute {name!r}")
             return bind_class_attribute(tx, self, cls, name, static)
         return self.getattr_fallback(tx, name)
 
@@ -615,6 +623,8 @@ class ClassVariable(Variable):
         static = static_lookup(self.cls, name)
         if static is _MISSING:
             raise AttributeMissing(name)
+        if isinstance(static, (classmethod, staticmethod, types.FunctionType)):
+            guard_class_entry(tx, self.cls, name, static)
         if isinstance(static, classmethod):
             from .functions import UserFunctionVariable, UserMethodVariable
 
@@ -625,8 +635,10 @@ class ClassVariable(Variable):
             from .functions import UserFunctionVariable
 
             return UserFunctionVariable(static)
+        # Read as Python reads it (descriptors called); guarded however the class was
+        # reached (a global, ``type(obj)``, ``obj.__class__``).
         own_source = AttrSource(ConstSource(self.cls, self.cls.__qualname__), name) \
-            if self.source is not None and not is_torch_library_code(self.cls) else None
+            if class_entry_source(self.cls, name) is not None else None
         return tx.wrap(getattr(self.cls, name), own_source)
 
     def call(self, tx, args, kwargs):
