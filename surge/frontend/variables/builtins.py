@@ -20,6 +20,7 @@ from .constant import NONE, ConstantVariable
 from .containers import (
     DictVariable, IteratorVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, _key_of,
 )
+from .instance_checks import isinstance_of, issubclass_of
 from .tensor import TensorVariable, record_op
 
 BUILTIN_RULES: dict = {}
@@ -67,13 +68,18 @@ def _len(tx, obj):
 
 @builtin(isinstance)
 def _isinstance(tx, obj, classinfo):
-    cls = _class_info(classinfo)
-    return ConstantVariable(issubclass(obj.python_type(), cls))
+    return ConstantVariable(isinstance_of(tx, obj, _flat_classes(_class_info(classinfo))))
 
 
 @builtin(issubclass)
 def _issubclass(tx, cls, classinfo):
-    return ConstantVariable(issubclass(_class_of(cls), _class_info(classinfo)))
+    return ConstantVariable(issubclass_of(tx, cls, _class_of(cls), _flat_classes(_class_info(classinfo))))
+
+
+def _flat_classes(info) -> list:
+    if isinstance(info, tuple):
+        return [c for item in info for c in _flat_classes(item)]
+    return [info]
 
 
 def _class_of(var):
