@@ -8,6 +8,7 @@ recorded decision to run the function eagerly.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -26,6 +27,7 @@ from .breaks import BreakRunner, BreakState, BreakStateCodegen, ResumeCaller, gr
 from .cache_entry import BreakReason, CacheEntry
 from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
 from .codegen import EntryCodegen, generate_diagnosis, generate_entry
+from .global_state import preserved_global_state
 from .interpreter import Frame
 from .interpreter.frame import StopForBreak
 from .reconstruct import ReturnCodegen, collect_tensor_outputs
@@ -138,7 +140,7 @@ def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None 
     grad_before = torch.is_grad_enabled()
     tracer.guards.global_state(grad_before, torch.get_default_dtype())
     try:
-        try:
+        with preserved_global_state(fn.__qualname__), _restored_grad_mode(grad_before):
             _refuse_unmodeled_modes(tracer)
             enter_ambient_autocast(tracer)
             frame = Frame(tracer, fn.__code__, fn.__globals__, bind_root(tracer, fn, args, kwargs),
@@ -161,8 +163,6 @@ def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None 
                     return _finish_at_break(tracer, fn, frame, stop, backend, start)
             close_open_blocks(tracer)
             return _finish(tracer, fn, result, options, backend, start)
-        finally:
-            torch._C._set_grad_enabled(grad_before)
     except Unsupported as e:
         if options.fullgraph:
             raise
@@ -180,6 +180,15 @@ def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None 
             raise InternalError(f"surge failed while capturing {fn.__qualname__}: "
                                 f"{type(e).__name__}: {e}" + (f"\n  at {location}" if location else "")) from e
         raise _Failed(tracer, Unsupported(f"internal error: {type(e).__name__}: {e}", location)) from None
+
+
+@contextlib.contextmanager
+def _restored_grad_mode(mode: bool):
+    """The trace switches grad mode as the code's ``with no_grad()`` blocks do."""
+    try:
+        yield
+    finally:
+        torch._C._set_grad_enabled(mode)
 
 
 def _refuse_unmodeled_modes(tracer: Tracer) -> None:
