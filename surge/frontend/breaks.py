@@ -43,6 +43,7 @@ from .variables.functions import (
     CellVariable, GeneratorVariable, NestedFunctionVariable, OpaqueCallableVariable, OpaqueMethodVariable,
     TensorMethodVariable, UserFunctionVariable, UserMethodVariable,
 )
+from .variables.exceptions import with_chain
 from .variables.objects import ExceptionVariable, NewObjectVariable
 
 
@@ -197,7 +198,12 @@ class BreakStateCodegen(ReturnCodegen):
             return self._function(value.code, value.f_globals, value.qualname, defaults, kwdefaults, value.cells)
         if isinstance(value, ExceptionVariable):  # raised or caught in the trace, re-raised by CPython
             cls = self.codegen.consts.ref(value.exc_type, value.exc_type.__name__)
-            return f"{cls}(" + "".join(self.expr(a) + ", " for a in value.args) + ")"
+            made = f"{cls}(" + "".join(self.expr(a) + ", " for a in value.args) + ")"
+            if not value.has_chain():
+                return made
+            chain = self.codegen.consts.ref(with_chain, "with_chain")
+            return (f"{chain}({made}, {self.expr(value.cause)}, {self.expr(value.context)}, "
+                    f"{value.suppress_context})")
         if isinstance(value, GeneratorContextVariable):
             # Its generator is paused inside the trace: split where the context manager is
             # made instead, so that CPython makes the real one.

@@ -50,6 +50,9 @@ class Tracer:
         # The open torch.autocast blocks (AutocastContextVariables), outermost first.
         self.autocast_blocks: list = []
         self.current_frame = None
+        # The exceptions being handled by running `except`/`finally` handlers, innermost
+        # last (CPython's exc_info chain across the inlined frames).
+        self.handled_exceptions: list = []
         self.instruction_count = 0
         self._wrapped: dict = {}
         # id -> (value, variable, source) of the mutable containers read from the inputs.

@@ -376,7 +376,13 @@ def _next(tx, it, default=None):
 @builtin(zip)
 def _zip(tx, *iterables, strict=None):
     lists = [i.iterate(tx) for i in iterables]
-    return IteratorVariable([TupleVariable(list(group)) for group in zip(*lists)])
+    error = None
+    if strict is not None and strict.truthy(tx) and len({len(items) for items in lists}) > 1:
+        try:  # the ValueError zip itself raises, with its message, once the shortest runs out
+            list(zip(*[range(len(items)) for items in lists], strict=True))
+        except ValueError as e:
+            error = (ValueError, str(e))
+    return IteratorVariable([TupleVariable(list(group)) for group in zip(*lists)], error_at_end=error)
 
 
 @builtin(enumerate)

@@ -14,6 +14,7 @@ from .attribute_hooks import ModuleGetattrVariable, call_getattr_hook, module_ta
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .class_attributes import class_entry_source, class_entry_source_of, guard_class_entry
 from .constant import NONE, ConstantVariable
+from .exceptions import ExceptionVariable  # noqa: F401  (where the interpreter and rules find it)
 
 _MISSING = object()
 # Built-in classes whose methods act on a dict subclass's own storage.
@@ -682,27 +683,6 @@ class SuperVariable(Variable):
                         and name != "forward":
                     unsupported(f"super().{name}() of nn.Module in compiled code")
                 return bind_class_attribute(tx, self.self_var, obj_type, name, value)
-        raise AttributeMissing(name)
-
-
-class ExceptionVariable(Variable):
-    """An exception object made or caught by the captured code."""
-
-    def __init__(self, exc_type: type, args: list):
-        self.exc_type = exc_type
-        self.args = args
-
-    def python_type(self):
-        return self.exc_type
-
-    def truthy(self, tx):
-        return True
-
-    def getattr(self, tx, name):
-        if name == "args":
-            from .containers import TupleVariable
-
-            return TupleVariable(self.args)
         raise AttributeMissing(name)
 
 
