@@ -291,12 +291,17 @@ class BreakRunner:
         if not code.co_cellvars and not code.co_freevars:
             self.function = self.break_code.make_function(f_globals, {})
 
-    def __call__(self, fn, state: tuple):
+    def __call__(self, fn, box: list):
+        """``box`` holds the state tuple; it is taken out, never kept in a local (an
+        exception on the stack would hold this frame, and so itself, through its traceback)."""
         if self.function is not None:
-            return self.function(*state)
+            return self.function(*box.pop())
+        state = box.pop()
         cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
         cells.update(zip(self.cellvars, state[self.parameter_count:]))
-        return self.break_code.make_function(self.f_globals, cells)(*state[:self.parameter_count])
+        box.append(state[:self.parameter_count])
+        del state
+        return self.break_code.make_function(self.f_globals, cells)(*box.pop())
 
 
 class ResumeCaller:

@@ -96,6 +96,7 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
     try:
         return _capture(fn, args, kwargs, options, backend, start)
     except _Failed as failed:
+        failed.__traceback__ = None  # see _Failed
         error = failed.error
         point = getattr(error, "root_instruction", None)
         if fn.__code__ is DECORATE_CONTEXT_CODE and resume_caller is not None:
@@ -106,12 +107,14 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
             return _capture(fn, args, kwargs, options, backend, start,
                             stop=BreakPoint(point[0], point[1], _reason(error), resume_caller))
         except _Failed as again:
+            again.__traceback__ = None
             earlier = getattr(again.error, "retry_at", None)
             if earlier is not None and earlier[1] >= 0:  # split earlier, where the state can be handed over
                 try:
                     return _capture(fn, args, kwargs, options, backend, start,
                                     stop=BreakPoint(earlier[0], earlier[1], _reason(error), resume_caller))
                 except _Failed as third:
+                    third.__traceback__ = None
                     again = third
             why = Unsupported(f"{error.reason} (and the frame cannot be split there: {again.error.reason})",
                               error.location)
@@ -120,11 +123,15 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
 
 
 class _Failed(Exception):
-    """Capture of the frame failed with ``error``: the caller decides between a break and a fallback."""
+    """Capture of the frame failed with ``error``: the caller decides between a break and a fallback.
+
+    Neither keeps a traceback: its frames (capture_call's among them) would form a cycle
+    holding the call's arguments, and the user's tensors would outlive the call until
+    the next garbage collection, where eager frees them at once."""
 
     def __init__(self, tracer, error: Unsupported):
         self.tracer = tracer
-        self.error = error
+        self.error = error.with_traceback(None)
 
 
 def _reason(error: Unsupported) -> BreakReason:
@@ -253,7 +260,7 @@ def _finish_at_break(tracer: Tracer, fn, frame: Frame, stop: BreakPoint, backend
         tracer.guards, tracer.consts, input_sources=[source for source, _ in tracer.graph.inputs],
         return_expr=lambda cg: BreakStateCodegen(cg, output_index).state(state),
         effects=lambda cg: tracer.side_effects.statements(cg, BreakStateCodegen(cg, output_index).expr),
-        compiled=compiled, counters=counters, finish=f"{runner_name}(fn, result)",
+        compiled=compiled, counters=counters, hand_off=runner_name,
     )
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer), graph=gm,
                        graph_break=stop.reason, compile_seconds=time.perf_counter() - start)
