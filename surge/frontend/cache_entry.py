@@ -27,3 +27,4 @@ class CacheEntry:
     graph_break: BreakReason | None = None  # the frame was split there
     compile_seconds: float = 0.0
     disk_record: object = None       # what the frontend disk cache stores of it (disk_cache.Record)
+    constants: object = None         # its ConstTable: when an object it holds weakly dies, it is dropped

@@ -263,7 +263,8 @@ def _finish_at_break(tracer: Tracer, fn, frame: Frame, stop: BreakPoint, backend
         compiled=compiled, counters=counters, hand_off=runner_name,
     )
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer), graph=gm,
-                       graph_break=stop.reason, compile_seconds=time.perf_counter() - start)
+                       graph_break=stop.reason, compile_seconds=time.perf_counter() - start,
+                       constants=tracer.consts)
     _log_entry(fn, entry)
     return entry
 
@@ -289,7 +290,7 @@ def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
         compiled=compiled, counters=counters,
     )
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer),
-                       graph=gm, compile_seconds=time.perf_counter() - start)
+                       graph=gm, compile_seconds=time.perf_counter() - start, constants=tracer.consts)
     if options.frontend_cache and disk_cache.stores_captures_of(fn.__code__):
         entry.disk_record = disk_cache.make_record(
             tracer, gm, input_sources=input_sources,
@@ -319,7 +320,7 @@ def _fallback(tracer: Tracer, fn, error: Unsupported, start) -> CacheEntry:
     source, run = generate_entry(tracer.guards, tracer.consts, input_sources=[], return_expr=None,
                                  run_eagerly=True, counters=counters)
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer),
-                       fallback=reason, compile_seconds=time.perf_counter() - start)
+                       fallback=reason, compile_seconds=time.perf_counter() - start, constants=tracer.consts)
     _log_entry(fn, entry)
     return entry
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 
 from .guards import GuardSet
-from .sources import ConstSource, ConstTable, Source
+from .sources import WEAK_SUFFIX, ConstSource, ConstTable, Source
 
 
 class Miss:
@@ -122,12 +122,23 @@ def entry_source(guards: GuardSet, consts: ConstTable, *, input_sources: list, r
             # holds it, so an exception in it (raised by the break code) does not keep
             # itself, its traceback and the call's tensors alive in a reference cycle.
             body += ["state = [result]", "del result", f"return {hand_off}(fn, state)"]
+    if bound is None:  # (an entry kept on disk binds its objects by name, strongly)
+        guard_lines = weak_constant_lines(consts) + guard_lines  # every constant is named by now
     name = f"surge_entry_{next(_entry_ids)}"
     lines = [f"def {name}(fn, args, kwargs):", "    try:"]
     lines += _indent(guard_lines or ["pass"], 2)
     lines += ["    except Exception:", "        return MISS", "    counters['cache_hits'] += 1"]
     lines += _indent(body, 1)
     return name, "\n".join(lines) + "\n"
+
+
+def weak_constant_lines(consts: ConstTable) -> list[str]:
+    """The weakly held constants, read from their weak references; a dead one is a miss."""
+    lines = []
+    for name in consts.weak:
+        lines += [f"{name} = {name}{WEAK_SUFFIX}()", f"if {name} is None:  # the object died",
+                  "    return MISS"]
+    return lines
 
 
 def identity_target(guard) -> str | None:
@@ -154,6 +165,8 @@ def generate_diagnosis(guards: GuardSet, consts: ConstTable):
         lines.append("        ok = False")
         lines.append(f"    if not ok: return TEXTS[{i}]")
     lines.append("    return None")
+    # Read after the guards named every constant.
+    lines[1:1] = _indent([f"{name} = {name}{WEAK_SUFFIX}()" for name in consts.weak], 1)
     namespace = dict(consts.values)
     namespace["TEXTS"] = [g.text for g in guards.guards]
     exec(compile("\n".join(lines) + "\n", "<surge_guard_diagnosis>", "exec"), namespace)
