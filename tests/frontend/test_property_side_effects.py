@@ -1,9 +1,11 @@
 """A property's getter is traced like any call: what it does besides returning a
 value (counters, appends, in-place tensor updates, prints) happens on every call of
-the compiled function, as in eager; what cannot be replayed breaks the graph."""
+the compiled function, as in eager; what cannot be replayed breaks the graph. A
+``lazy_property`` caches its value on the instance, as eager does."""
 import itertools
 
 import torch
+from torch.distributions.utils import lazy_property
 
 import surge
 from frontend_helpers import compile_strict, same
@@ -104,3 +106,26 @@ def test_getter_updating_a_tensor_in_place_with_the_default_backend():
     for _ in range(3):
         same(compiled(x, obj), f(x, eager_obj))
     same(obj.buffer, eager_obj.buffer)
+
+
+class LazyTable:
+    def __init__(self):
+        self.runs = 0
+
+    @lazy_property
+    def table(self):
+        self.runs += 1
+        return 3.0
+
+
+def test_lazy_property_caches_on_the_instance_as_eager_does():
+    def f(x, o):
+        return x * o.table
+
+    compiled, rec = compile_strict(f)
+    x = torch.randn(2)
+    eager_obj, obj = LazyTable(), LazyTable()
+    for _ in range(3):
+        same(compiled(x, obj), f(x, eager_obj))
+    assert obj.runs == eager_obj.runs == 1 and obj.__dict__["table"] == 3.0
+    assert len(rec.graphs) == 2 and surge.counters["cache_hits"] == 1

@@ -15,14 +15,15 @@ from ..sources import ClassEntrySource, ConstSource, class_entry
 _IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: its __dict__ cannot be assigned to
 
 
-def _is_trusted(cls: type) -> bool:
+def is_trusted_class(cls: type) -> bool:
+    """A class whose attributes are not guarded: it cannot change, or it is torch's."""
     module = getattr(cls, "__module__", "") or ""
     return bool(cls.__flags__ & _IMMUTABLE_TYPE) or module == "torch" or module.startswith("torch.")
 
 
 def class_entry_source(cls: type, name: str):
     """The source reading ``name`` from ``cls``'s MRO, or None when ``cls`` is trusted."""
-    if _is_trusted(cls):
+    if is_trusted_class(cls):
         return None
     return ClassEntrySource(ConstSource(cls, cls.__qualname__), name)
 

@@ -12,7 +12,7 @@ from torch.distributions.utils import lazy_property
 from ..sources import AttrSource, ConstSource, ModuleDictSource
 from .attribute_hooks import ModuleGetattrVariable, call_getattr_hook, module_table_lookup, user_getattr_hook
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
-from .class_attributes import class_entry_source, class_entry_source_of, guard_class_entry
+from .class_attributes import class_entry_source_of, guard_class_entry, is_trusted_class
 from .constant import NONE, ConstantVariable
 from .exceptions import ExceptionVariable  # noqa: F401  (where the interpreter and rules find it)
 
@@ -64,6 +64,9 @@ def bind_class_attribute(tx, self_var: Variable, cls: type, name: str, value):
         result = UserFunctionVariable(value.wrapped).call(tx, [self_var], {})
         if isinstance(self_var, NewObjectVariable):
             self_var.attrs[name] = result
+        elif isinstance(self_var, UserObjectVariable):
+            # Its setattr on the instance, replayed: the next call reads the cached value.
+            self_var.store_attribute(name, result, tx)
         return result
     if isinstance(value, (types.MethodDescriptorType, types.WrapperDescriptorType)):
         # A C method (ndarray.sum, ...): loading it is fine, calling it is a graph break.
@@ -639,7 +642,7 @@ class ClassVariable(Variable):
         # Read as Python reads it (descriptors called); guarded however the class was
         # reached (a global, ``type(obj)``, ``obj.__class__``).
         own_source = AttrSource(ConstSource(self.cls, self.cls.__qualname__), name) \
-            if class_entry_source(self.cls, name) is not None else None
+            if not is_trusted_class(self.cls) else None
         return tx.wrap(getattr(self.cls, name), own_source)
 
     def call(self, tx, args, kwargs):
