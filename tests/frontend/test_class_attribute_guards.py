@@ -147,3 +147,18 @@ def test_default_backend_sees_a_class_attribute_change():
     Klass.K = -1.0
     same(compiled(x), f(x))
     assert surge.counters["recompiles"] == 1
+
+
+def test_absence_of_a_class_attribute_on_an_instance_built_in_the_frame():
+    class Plain:
+        pass
+
+    def f(x):
+        o = Plain()
+        return x + (1 if hasattr(o, "extra") else 0) + getattr(o, "bonus", 0)
+
+    def add_attributes():
+        Plain.extra, Plain.bonus = True, 5
+
+    rec = check(f, torch.zeros(1), change=add_attributes)
+    assert len(rec.graphs) == 2

@@ -141,8 +141,17 @@ def _hasattr(tx, obj, name):
 
 
 def _guard_absent(tx, obj, name):
+    from .class_attributes import class_source
+    from .objects import ClassVariable, NewObjectVariable
+
     if obj.source is not None:
         tx.guards.has_attr(obj.source, name, False)
+    elif isinstance(obj, (NewObjectVariable, ClassVariable)):
+        # An object built in the frame (or a class reached without a source): the class
+        # decides, until it gains the attribute.
+        source = class_source(obj.cls)
+        if source is not None:
+            tx.guards.has_attr(source, name, False)
 
 
 @builtin(setattr)

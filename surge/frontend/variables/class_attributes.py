@@ -21,11 +21,15 @@ def is_trusted_class(cls: type) -> bool:
     return bool(cls.__flags__ & _IMMUTABLE_TYPE) or module == "torch" or module.startswith("torch.")
 
 
+def class_source(cls: type):
+    """The class itself as a guard source, or None when ``cls`` is trusted."""
+    return None if is_trusted_class(cls) else ConstSource(cls, cls.__qualname__)
+
+
 def class_entry_source(cls: type, name: str):
     """The source reading ``name`` from ``cls``'s MRO, or None when ``cls`` is trusted."""
-    if is_trusted_class(cls):
-        return None
-    return ClassEntrySource(ConstSource(cls, cls.__qualname__), name)
+    source = class_source(cls)
+    return None if source is None else ClassEntrySource(source, name)
 
 
 def class_entry_source_of(cls: type, name: str, value):
