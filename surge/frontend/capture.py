@@ -27,7 +27,7 @@ from .breaks import BreakRunner, BreakState, BreakStateCodegen, ResumeCaller, gr
 from .cache_entry import BreakReason, CacheEntry
 from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
 from .codegen import EntryCodegen, generate_diagnosis, generate_entry
-from .global_state import preserved_global_state
+from .global_state import functorch_transform_active, preserved_global_state
 from .interpreter import Frame
 from .interpreter.frame import StopForBreak
 from .reconstruct import ReturnCodegen, collect_tensor_outputs
@@ -199,11 +199,12 @@ def _restored_grad_mode(mode: bool):
 
 
 def _refuse_unmodeled_modes(tracer: Tracer) -> None:
-    """Inference mode changes what ops compute; capture does not model it. A frame
-    called inside such a block runs eagerly, under a guard on that mode, so that later
-    calls outside the block capture as usual. (The caller's autocast is modelled:
+    """Inference mode and torch.func transforms change what ops compute; capture does
+    not model them. A frame called inside one runs eagerly, under a guard on it, so
+    that later calls outside capture as usual. (The caller's autocast is modelled:
     variables/autocast.py.)"""
-    modes = {"inference mode": torch.is_inference_mode_enabled}
+    modes = {"inference mode": torch.is_inference_mode_enabled,
+             "a torch.func transform": functorch_transform_active}
     for name, enabled in modes.items():
         if enabled():
             ref = tracer.consts.ref(enabled, enabled.__name__)

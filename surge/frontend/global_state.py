@@ -25,6 +25,12 @@ _POP_INTERPRETER = {
 }
 
 
+def functorch_transform_active() -> bool:
+    """Whether a torch.func transform (grad, vmap, ...) is running: its wrapped tensors
+    pass a plain tensor's guards, so entries are guarded on this and capture refuses it."""
+    return _functorch.maybe_current_level() is not None
+
+
 class GlobalStateLeak(RuntimeError):
     """A capture changed torch's global state (restored before this is raised)."""
 

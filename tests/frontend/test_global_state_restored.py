@@ -92,3 +92,18 @@ def test_state_is_restored_when_the_capture_fails_or_breaks():
     compiled = surge.compile(g, backend=_leaking_backend(lambda: torch.set_autocast_enabled("cpu", True)))
     same(compiled(x), g(x))
     assert snapshot() == before
+
+
+def test_a_compiled_function_called_inside_torch_func_runs_eagerly_there():
+    def f(x):
+        return (x.sin() * 2).sum()
+
+    compiled = surge.compile(f)  # the default backend: its kernels cannot read functorch wrappers
+    x = torch.randn(4)
+    same(compiled(x), f(x))
+    batch = torch.randn(3, 4)
+    same(torch.func.vmap(compiled)(batch), torch.func.vmap(f)(batch))
+    same(torch.func.grad(compiled)(x), torch.func.grad(f)(x))
+    same(compiled(x), f(x))
+    assert surge.counters["fallbacks"] == 1  # one entry: "inside a transform, run eagerly"
+    assert torch._C._functorch.maybe_current_level() is None
