@@ -196,3 +196,21 @@ def test_zip_strict_raises_on_unequal_lengths(a, b):
     x = torch.randn(2)
     check(zip_strict, x, a, b)
     check(zip_strict_caught, x, a, b)
+
+
+def test_bare_raise_of_the_callers_exception():
+    def reraise(x):
+        y = x + 1
+        raise
+
+    compiled = surge.compile(reraise, backend="eager")
+    for impl in (reraise, compiled, compiled):
+        try:
+            try:
+                raise KeyError("outer")
+            except KeyError:
+                impl(torch.randn(2))
+        except KeyError as e:
+            assert e.args == ("outer",)
+        else:
+            raise AssertionError("no exception")
