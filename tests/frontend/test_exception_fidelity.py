@@ -214,3 +214,19 @@ def test_bare_raise_of_the_callers_exception():
             assert e.args == ("outer",)
         else:
             raise AssertionError("no exception")
+
+
+def test_a_key_error_of_a_lookup_carries_the_key():
+    def f(x, d):
+        try:
+            return d["missing"]
+        except KeyError as e:
+            try:
+                {}.pop(3)
+            except KeyError as inner:
+                return x + 1, e.args, inner.args, inner.__context__.args
+
+    compiled, rec = compile_strict(f, fullgraph=True)
+    x = torch.randn(2)
+    same(compiled(x, {"a": 1}), f(x, {"a": 1}))
+    assert len(rec.graphs) == 1

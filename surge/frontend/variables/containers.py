@@ -148,7 +148,7 @@ class DictVariable(Variable):
         k = _key_of(tx, key)
         if k not in self.items:
             if self.default_factory is None:
-                raise_in_user_code(KeyError, repr(k))
+                raise_in_user_code(KeyError, repr(k), args=(k,))
             self.items[k] = self.default_factory.call(tx, [], {})
         return self.items[k]
 
