@@ -44,6 +44,7 @@ from .variables.functions import (
     CellVariable, GeneratorVariable, NestedFunctionVariable, OpaqueCallableVariable, OpaqueMethodVariable,
     TensorMethodVariable, UserFunctionVariable, UserMethodVariable,
 )
+from .variables.exceptions import with_chain
 from .variables.objects import ExceptionVariable, NewObjectVariable
 
 
@@ -200,7 +201,12 @@ class BreakStateCodegen(ReturnCodegen):
             return self._function(value.code, value.f_globals, value.qualname, defaults, kwdefaults, value.cells)
         if isinstance(value, ExceptionVariable):  # raised or caught in the trace, re-raised by CPython
             cls = self.codegen.consts.ref(value.exc_type, value.exc_type.__name__)
-            return f"{cls}(" + "".join(self.expr(a) + ", " for a in value.args) + ")"
+            made = f"{cls}(" + "".join(self.expr(a) + ", " for a in value.args) + ")"
+            if not value.has_chain():
+                return made
+            chain = self.codegen.consts.ref(with_chain, "with_chain")
+            return (f"{chain}({made}, {self.expr(value.cause)}, {self.expr(value.context)}, "
+                    f"{value.suppress_context})")
         if isinstance(value, GeneratorContextVariable):
             # Its generator is paused inside the trace: split where the context manager is
             # made instead, so that CPython makes the real one.
@@ -290,12 +296,17 @@ class BreakRunner:
         if not code.co_cellvars and not code.co_freevars:
             self.function = self.break_code.make_function(f_globals, {})
 
-    def __call__(self, fn, state: tuple):
+    def __call__(self, fn, box: list):
+        """``box`` holds the state tuple; it is taken out, never kept in a local (an
+        exception on the stack would hold this frame, and so itself, through its traceback)."""
         if self.function is not None:
-            return self.function(*state)
+            return self.function(*box.pop())
+        state = box.pop()
         cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
         cells.update(zip(self.cellvars, state[self.parameter_count:]))
-        return self.break_code.make_function(self.f_globals, cells)(*state[:self.parameter_count])
+        box.append(state[:self.parameter_count])
+        del state
+        return self.break_code.make_function(self.f_globals, cells)(*box.pop())
 
 
 class ResumeCaller:

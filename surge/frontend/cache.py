@@ -8,6 +8,7 @@ exist) and logs which guard of the most recent entry failed. After
 """
 from __future__ import annotations
 
+import functools
 import weakref
 
 from .. import fallbacks, logs
@@ -34,12 +35,16 @@ class CodeCache:
         self.runners: list = []
         self.recompiles = 0
         self.run_eagerly = False
+        # Entries were dropped because an object they held died: capturing again is a
+        # recompile all the same.
+        self.dropped = False
 
     def clear(self) -> None:
         self.entries.clear()
         self.runners.clear()
         self.recompiles = 0
         self.run_eagerly = False
+        self.dropped = False
         self._disk_entries = None
 
     def miss(self, fn, args, kwargs, options, backend, records=None):
@@ -65,7 +70,7 @@ class CodeCache:
             result = self._from_disk(fn, args, kwargs, options, backend, records)
             if result is not MISS:
                 return result
-        if self.entries:
+        if self.entries or self.dropped:
             if self.recompiles >= options.cache_size_limit:
                 self.run_eagerly = True
                 fallbacks.announce(f"it was recompiled {self.recompiles} times (cache_size_limit="
@@ -97,6 +102,8 @@ class CodeCache:
             entry.disk_record = None
         self.entries.append(entry)
         self.runners.append(entry.run)
+        if entry.constants is not None:
+            entry.constants.when_dead(functools.partial(self._drop, entry))
         if records is not None:
             records.append(entry)
         counters["cache_hits"] -= 1  # the entry's own run below counts a hit; this call was a miss
@@ -106,6 +113,15 @@ class CodeCache:
             counters["cache_hits"] += 1
             return fn(*args, **kwargs)
         return result
+
+    def _drop(self, entry: CacheEntry) -> None:
+        """An object the entry holds weakly died: it can never match again."""
+        for i, held in enumerate(self.entries):
+            if held is entry:
+                del self.entries[i]
+                del self.runners[i]
+                self.dropped = True
+                return
 
     def _from_disk(self, fn, args, kwargs, options, backend, records):
         """Run the call through a capture an earlier process stored, adopting it; MISS if none fits."""
@@ -137,6 +153,8 @@ class CodeCache:
         return MISS
 
     def _failed_guard(self, fn, args, kwargs) -> str:
+        if not self.entries:
+            return "an object the earlier entries checked by identity was deleted"
         entry = self.entries[-1]
         return entry.diagnose(fn, args, kwargs) or "(no single guard failed)"
 

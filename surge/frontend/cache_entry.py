@@ -28,3 +28,4 @@ class CacheEntry:
     compile_seconds: float = 0.0
     disk_record: object = None       # what the frontend disk cache stores of it (disk_cache.Record)
     recompile_reason: str | None = None  # a recompile: the guard of the previous entry that failed
+    constants: object = None         # its ConstTable: when an object it holds weakly dies, it is dropped

@@ -8,6 +8,7 @@ recorded decision to run the function eagerly.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -27,6 +28,7 @@ from .breaks import BreakRunner, BreakState, BreakStateCodegen, ResumeCaller, gr
 from .cache_entry import BreakReason, CacheEntry
 from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
 from .codegen import EntryCodegen, generate_diagnosis, generate_entry
+from .global_state import functorch_transform_active, preserved_global_state
 from .interpreter import Frame
 from .interpreter.frame import StopForBreak
 from .reconstruct import ReturnCodegen, collect_tensor_outputs
@@ -95,6 +97,7 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
     try:
         return _capture(fn, args, kwargs, options, backend, start)
     except _Failed as failed:
+        failed.__traceback__ = None  # see _Failed
         error = failed.error
         point = getattr(error, "root_instruction", None)
         if fn.__code__ is DECORATE_CONTEXT_CODE and resume_caller is not None:
@@ -105,12 +108,14 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
             return _capture(fn, args, kwargs, options, backend, start,
                             stop=BreakPoint(point[0], point[1], _reason(error), resume_caller))
         except _Failed as again:
+            again.__traceback__ = None
             earlier = getattr(again.error, "retry_at", None)
             if earlier is not None and earlier[1] >= 0:  # split earlier, where the state can be handed over
                 try:
                     return _capture(fn, args, kwargs, options, backend, start,
                                     stop=BreakPoint(earlier[0], earlier[1], _reason(error), resume_caller))
                 except _Failed as third:
+                    third.__traceback__ = None
                     again = third
             why = Unsupported(f"{error.reason} (and the frame cannot be split there: {again.error.reason})",
                               error.location)
@@ -119,11 +124,15 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
 
 
 class _Failed(Exception):
-    """Capture of the frame failed with ``error``: the caller decides between a break and a fallback."""
+    """Capture of the frame failed with ``error``: the caller decides between a break and a fallback.
+
+    Neither keeps a traceback: its frames (capture_call's among them) would form a cycle
+    holding the call's arguments, and the user's tensors would outlive the call until
+    the next garbage collection, where eager frees them at once."""
 
     def __init__(self, tracer, error: Unsupported):
         self.tracer = tracer
-        self.error = error
+        self.error = error.with_traceback(None)
 
 
 def _reason(error: Unsupported) -> BreakReason:
@@ -140,7 +149,7 @@ def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None 
     grad_before = torch.is_grad_enabled()
     tracer.guards.global_state(grad_before, torch.get_default_dtype())
     try:
-        try:
+        with preserved_global_state(fn.__qualname__), _restored_grad_mode(grad_before):
             _refuse_unmodeled_modes(tracer)
             enter_ambient_autocast(tracer)
             frame = Frame(tracer, fn.__code__, fn.__globals__, bind_root(tracer, fn, args, kwargs),
@@ -163,8 +172,6 @@ def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None 
                     return _finish_at_break(tracer, fn, frame, stop, backend, start)
             close_open_blocks(tracer)
             return _finish(tracer, fn, result, options, backend, start)
-        finally:
-            torch._C._set_grad_enabled(grad_before)
     except Unsupported as e:
         if options.fullgraph:
             raise
@@ -186,12 +193,22 @@ def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None 
         raise _Failed(tracer, Unsupported(f"internal error: {type(e).__name__}: {e}", location)) from None
 
 
+@contextlib.contextmanager
+def _restored_grad_mode(mode: bool):
+    """The trace switches grad mode as the code's ``with no_grad()`` blocks do."""
+    try:
+        yield
+    finally:
+        torch._C._set_grad_enabled(mode)
+
+
 def _refuse_unmodeled_modes(tracer: Tracer) -> None:
-    """Inference mode changes what ops compute; capture does not model it. A frame
-    called inside such a block runs eagerly, under a guard on that mode, so that later
-    calls outside the block capture as usual. (The caller's autocast is modelled:
+    """Inference mode and torch.func transforms change what ops compute; capture does
+    not model them. A frame called inside one runs eagerly, under a guard on it, so
+    that later calls outside capture as usual. (The caller's autocast is modelled:
     variables/autocast.py.)"""
-    modes = {"inference mode": torch.is_inference_mode_enabled}
+    modes = {"inference mode": torch.is_inference_mode_enabled,
+             "a torch.func transform": functorch_transform_active}
     for name, enabled in modes.items():
         if enabled():
             ref = tracer.consts.ref(enabled, enabled.__name__)
@@ -244,10 +261,11 @@ def _finish_at_break(tracer: Tracer, fn, frame: Frame, stop: BreakPoint, backend
         tracer.guards, tracer.consts, input_sources=[source for source, _ in tracer.graph.inputs],
         return_expr=lambda cg: BreakStateCodegen(cg, output_index).state(state),
         effects=lambda cg: tracer.side_effects.statements(cg, BreakStateCodegen(cg, output_index).expr),
-        compiled=compiled, counters=counters, finish=f"{runner_name}(fn, result)",
+        compiled=compiled, counters=counters, hand_off=runner_name,
     )
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer), graph=gm,
-                       graph_break=stop.reason, compile_seconds=time.perf_counter() - start)
+                       graph_break=stop.reason, compile_seconds=time.perf_counter() - start,
+                       constants=tracer.consts)
     _log_entry(fn, entry)
     return entry
 
@@ -273,7 +291,7 @@ def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
         compiled=compiled, counters=counters,
     )
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer),
-                       graph=gm, compile_seconds=time.perf_counter() - start)
+                       graph=gm, compile_seconds=time.perf_counter() - start, constants=tracer.consts)
     if options.frontend_cache and disk_cache.stores_captures_of(fn.__code__):
         entry.disk_record = disk_cache.make_record(
             tracer, gm, input_sources=input_sources,
@@ -302,7 +320,7 @@ def _fallback(tracer: Tracer, fn, error: Unsupported, start) -> CacheEntry:
     source, run = generate_entry(tracer.guards, tracer.consts, input_sources=[], return_expr=None,
                                  run_eagerly=True, counters=counters)
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer),
-                       fallback=reason, compile_seconds=time.perf_counter() - start)
+                       fallback=reason, compile_seconds=time.perf_counter() - start, constants=tracer.consts)
     _log_entry(fn, entry)
     return entry
 

@@ -11,7 +11,7 @@ import functools
 import itertools
 
 from .guards import GuardSet, describe_actual
-from .sources import ConstSource, ConstTable, Source
+from .sources import WEAK_SUFFIX, ConstSource, ConstTable, Source
 
 
 class Miss:
@@ -59,18 +59,18 @@ def _indent(lines, depth):
 
 
 def generate_entry(guards: GuardSet, consts: ConstTable, *, input_sources: list, return_expr,
-                   effects=None, compiled=None, run_eagerly=False, counters=None, finish="result"):
+                   effects=None, compiled=None, run_eagerly=False, counters=None, hand_off=None):
     """Source text and function object of one cache entry.
 
     ``return_expr(codegen)`` writes the return value's expression; ``compiled`` is the
     backend's callable (None when the capture made no graph); ``run_eagerly`` makes an
     entry that only checks guards and runs the original function (a recorded fallback).
-    ``finish`` is the expression returned after the side effects, over ``result`` (a
-    graph break's entry passes the frame state on to the break code there).
+    ``hand_off`` names the callable a graph break's entry passes the frame state to
+    after the side effects (``hand_off(fn, [state])``, see ``entry_source``).
     """
     name, source = entry_source(guards, consts, input_sources=input_sources, return_expr=return_expr,
                                 effects=effects, has_graph=compiled is not None, run_eagerly=run_eagerly,
-                                finish=finish)
+                                hand_off=hand_off)
     namespace = dict(consts.values)
     namespace.update(MISS=MISS, compiled=compiled, counters=counters)
     return source, exec_entry(name, source, namespace)
@@ -83,7 +83,7 @@ def exec_entry(name: str, source: str, namespace: dict):
 
 
 def entry_source(guards: GuardSet, consts: ConstTable, *, input_sources: list, return_expr, effects=None,
-                 has_graph=True, run_eagerly=False, finish="result", bound: dict | None = None):
+                 has_graph=True, run_eagerly=False, hand_off=None, bound: dict | None = None):
     """(function name, source) of an entry; see ``generate_entry``.
 
     ``bound`` maps constants to checks (``{v}``: the value): the first identity guard
@@ -116,13 +116,30 @@ def entry_source(guards: GuardSet, consts: ConstTable, *, input_sources: list, r
             body.append(f"out = compiled({', '.join(inputs)})")
         body.append(f"result = {ret}")
         body += writes  # replayed side effects, after the graph ran and the result was read
-        body.append(f"return {finish}")
+        if hand_off is None:
+            body.append("return result")
+        else:
+            # The state goes over in a list the receiver empties: no frame of this call
+            # holds it, so an exception in it (raised by the break code) does not keep
+            # itself, its traceback and the call's tensors alive in a reference cycle.
+            body += ["state = [result]", "del result", f"return {hand_off}(fn, state)"]
+    if bound is None:  # (an entry kept on disk binds its objects by name, strongly)
+        guard_lines = weak_constant_lines(consts) + guard_lines  # every constant is named by now
     name = f"surge_entry_{next(_entry_ids)}"
     lines = [f"def {name}(fn, args, kwargs):", "    try:"]
     lines += _indent(guard_lines or ["pass"], 2)
     lines += ["    except Exception:", "        return MISS", "    counters['cache_hits'] += 1"]
     lines += _indent(body, 1)
     return name, "\n".join(lines) + "\n"
+
+
+def weak_constant_lines(consts: ConstTable) -> list[str]:
+    """The weakly held constants, read from their weak references; a dead one is a miss."""
+    lines = []
+    for name in consts.weak:
+        lines += [f"{name} = {name}{WEAK_SUFFIX}()", f"if {name} is None:  # the object died",
+                  "    return MISS"]
+    return lines
 
 
 def identity_target(guard) -> str | None:
@@ -159,6 +176,8 @@ def generate_diagnosis(guards: GuardSet, consts: ConstTable):
         lines.append("            actual = ABSENT")
         lines.append(f"        return failed({i}, actual)")
     lines.append("    return None")
+    # Read after the guards named every constant.
+    lines[1:1] = _indent([f"{name} = {name}{WEAK_SUFFIX}()" for name in consts.weak], 1)
     namespace = dict(consts.values)
     namespace.update(failed=functools.partial(_failure_text, guards.guards), ABSENT=_ABSENT)
     exec(compile("\n".join(lines) + "\n", "<surge_guard_diagnosis>", "exec"), namespace)

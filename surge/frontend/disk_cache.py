@@ -357,12 +357,12 @@ def make_record(tracer, gm, *, input_sources: list, return_expr, effects) -> Rec
             files[path] = (stat.st_size, stat.st_mtime_ns)
         consts, bound = {}, {}
         identity_guarded = _identity_guarded(tracer.guards)
-        for name, value in list(tracer.consts.values.items()):
+        for name, value in list(tracer.consts.objects()):
             if isinstance(value, torch.nn.Module) and name in identity_guarded:
                 bound[name] = _module_check(value, tracer.consts.ref(type(value), type(value).__name__))
                 continue
             consts[name] = _recipe(value)
-        for name, value in tracer.consts.values.items():  # the classes the checks above added
+        for name, value in tracer.consts.objects():  # the classes the checks above added
             if name not in consts and name not in bound:
                 consts[name] = _recipe(value)
         graph = _encode_graph(gm) if gm is not None else None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .global_state import functorch_transform_active
 from .sources import ConstTable, Source
 
 # Python values a guard compares by value; every other object is compared by
@@ -147,6 +148,12 @@ class GuardSet:
         if not torch._C._is_any_autocast_enabled():
             self.add(None, "is_any_autocast_enabled() is False", "autocast is not enabled",
                      actual=lambda _: "autocast is enabled")
+        # Nor one captured outside torch.func transforms a call inside one (its tensors
+        # are wrappers that pass a plain tensor's guards); a capture inside is refused.
+        self.consts.values["functorch_transform_active"] = functorch_transform_active
+        if not functorch_transform_active():
+            self.add(None, "not functorch_transform_active()", "no torch.func transform is running",
+                     actual=lambda _: "a torch.func transform is running")
 
     def render(self) -> str:
         return "\n".join(g.text for g in self.guards)

@@ -84,7 +84,11 @@ def reentry_prologue(body: Body, offset: int, layout: FrameLayout, lineno: int |
         if slot is Slot.NULL:
             items.append(Instr("PUSH_NULL", lineno=lineno))
             continue
-        items.append(Instr("LOAD_FAST", next(names), lineno=lineno))
+        name = next(names)
+        # The value lives on the stack only, as in the original frame: no local keeps
+        # it alive (a raised exception would otherwise hold its own frame) or shows it
+        # in locals().
+        items += [Instr("LOAD_FAST", name, lineno=lineno), Instr("DELETE_FAST", name, lineno=lineno)]
         if slot is Slot.WITH:
             handler = _with_handler(body, offset, depth)
             if open_range is not None:

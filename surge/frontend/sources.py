@@ -12,8 +12,12 @@ the parent's value.
 """
 from __future__ import annotations
 
+import types
 import typing
+import weakref
 from dataclasses import dataclass
+
+import torch
 
 
 def is_typing_form(value) -> bool:
@@ -34,12 +38,31 @@ class Source:
         return self.name()
 
 
+def held_weakly(value) -> bool:
+    """Objects a cache entry refers to that may die while the cache lives on: modules
+    and functions of the user's program. The entry holds them through weak references,
+    so it does not keep them (and what they hold) alive; once one dies, the entry can
+    never match again and is dropped (``ConstTable.when_dead``)."""
+    if isinstance(value, torch.nn.Module):
+        return True
+    return isinstance(value, types.FunctionType) and not (value.__module__ or "").startswith(("torch", "surge."))
+
+
+WEAK_SUFFIX = "_weak"
+
+
 class ConstTable:
-    """Objects referenced by generated code, each under a readable unique name."""
+    """Objects referenced by generated code, each under a readable unique name.
+
+    A weakly held object (``held_weakly``) is stored as ``<name>_weak``, a weak
+    reference; generated code starts with ``<name> = <name>_weak()`` (``weak`` lists
+    those names) and misses when it is None."""
 
     def __init__(self):
         self.values: dict[str, object] = {}
+        self.weak: list[str] = []
         self._by_id: dict[int, str] = {}
+        self._on_death: list = []
 
     def ref(self, value: object, hint: str = "K") -> str:
         key = id(value)
@@ -49,9 +72,30 @@ class ConstTable:
         if not base[0].isalpha():
             base = "K_" + base
         name = f"{base}_{len(self.values)}"
-        self.values[name] = value
+        if held_weakly(value):
+            self.values[name + WEAK_SUFFIX] = weakref.ref(value, self._referent_died)
+            self.weak.append(name)
+        else:
+            self.values[name] = value
         self._by_id[key] = name
         return name
+
+    def objects(self):
+        """(name, object) of every constant, weakly held ones resolved (None once dead)."""
+        for name, value in self.values.items():
+            if name.endswith(WEAK_SUFFIX) and name[:-len(WEAK_SUFFIX)] in self.weak:
+                yield name[:-len(WEAK_SUFFIX)], value()
+            else:
+                yield name, value
+
+    def when_dead(self, callback) -> None:
+        """Call ``callback()`` once, when the first weakly held object dies."""
+        self._on_death.append(callback)
+
+    def _referent_died(self, _ref) -> None:
+        callbacks, self._on_death = self._on_death, []
+        for callback in callbacks:
+            callback()
 
 
 @dataclass(frozen=True)
@@ -84,13 +128,21 @@ class KwargSource:
         return f"kwargs[{self.key!r}]"
 
 
-@dataclass(frozen=True, eq=False)
 class ConstSource:
-    """An object whose identity a guard already fixed; read as a constant."""
+    """An object whose identity a guard already fixed; read as a constant (held weakly
+    where the constant table holds it weakly, so a cache entry's guards do not keep it)."""
 
-    value: object
-    label: str
     parent = None
+
+    def __init__(self, value: object, label: str):
+        self._value = weakref.ref(value) if held_weakly(value) else value
+        self._weak = held_weakly(value)
+        self._hash = id(value)
+        self.label = label
+
+    @property
+    def value(self):
+        return self._value() if self._weak else self._value
 
     def name(self):
         return self.label
@@ -102,7 +154,10 @@ class ConstSource:
         return isinstance(other, ConstSource) and other.value is self.value
 
     def __hash__(self):
-        return id(self.value)
+        return self._hash
+
+    def __repr__(self):
+        return f"ConstSource({self.label})"
 
 
 @dataclass(frozen=True, eq=False)
@@ -266,3 +321,28 @@ class DictStorageSource:
 
     def expr(self, parent, consts):
         return f"{consts.ref(dict.__getitem__, 'dict_getitem')}({parent}, {self.key!r})"
+
+
+def class_entry(cls: type, name: str):
+    """``name`` as stored in the first class of ``cls.__mro__`` that defines it (no
+    descriptor call); AttributeError when none does (a guard reading it then fails)."""
+    for klass in cls.__mro__:
+        found = klass.__dict__.get(name, class_entry)
+        if found is not class_entry:
+            return found
+    raise AttributeError(name)
+
+
+@dataclass(frozen=True)
+class ClassEntrySource:
+    """A class-level attribute as the MRO finds it (``class_entry(parent, attr)``): what a
+    method, property or class attribute read through an instance or a class resolves to."""
+
+    parent: Source
+    attr: str
+
+    def name(self):
+        return f"{self.parent.name()}.__mro__ entry {self.attr!r}"
+
+    def expr(self, parent, consts):
+        return f"{consts.ref(class_entry, 'class_entry')}({parent}, {self.attr!r})"

@@ -26,6 +26,8 @@ _MUTABLE_CONTAINERS = (list, dict, set)
 
 # Inlined calls nested deeper than this are most likely unbounded recursion.
 MAX_INLINE_DEPTH = 48
+# torch.func transforms (grad, vmap, jacrev, ...) and their implementation.
+FUNCTORCH_MODULES = ("torch._functorch", "torch.func")
 
 
 
@@ -48,6 +50,9 @@ class Tracer:
         # The open torch.autocast blocks (AutocastContextVariables), outermost first.
         self.autocast_blocks: list = []
         self.current_frame = None
+        # The exceptions being handled by running `except`/`finally` handlers, innermost
+        # last (CPython's exc_info chain across the inlined frames).
+        self.handled_exceptions: list = []
         self.instruction_count = 0
         # Root parameters that may hold objects made anew on every call (resume.py).
         self.fresh_parameters: frozenset = frozenset()
@@ -134,6 +139,9 @@ class Tracer:
             return GeneratorContextVariable(generator, made_at=self.current_frame.root_point())
         if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE):
             unsupported(f"calling async function {code.co_name}")
+        if str(fn.f_globals.get("__name__", "")).startswith(FUNCTORCH_MODULES):
+            # Its transforms push interpreter levels in torch for real: the call runs in CPython.
+            unsupported(f"functorch transform {code.co_qualname} (torch.func) in compiled code")
         if self.depth() >= MAX_INLINE_DEPTH:
             unsupported(f"calls nested deeper than {MAX_INLINE_DEPTH} (recursion?)")
         bound = bind_arguments(self, fn, args, kwargs)

@@ -112,26 +112,45 @@ def _load_assertion_error(frame, inst):
 
 @opcode("RAISE_VARARGS")
 def _raise_varargs(frame, inst):
-    if inst.arg not in (1, 2):
-        unsupported("re-raising an exception in compiled code")
-    if inst.arg == 2:
-        # ``raise E from cause``: the cause only decorates the traceback; captured code
-        # reads nothing of a caught exception but its type and args.
-        frame.pop()
-    exc = frame.pop()
+    handled = frame.tracer.handled_exceptions
+    if inst.arg == 0:
+        # A bare ``raise``: the exception being handled, unchanged.
+        if not handled or not isinstance(handled[-1], ExceptionVariable):
+            unsupported("re-raising an exception the compiled code did not catch")
+        _raise(handled[-1])
+    cause = frame.pop() if inst.arg == 2 else None
+    exc = _instance(frame.pop())
+    if cause is not None:
+        exc.set_cause(cause if _is_none(cause) else _instance(cause))
+    exc.raised_while_handling(handled[-1] if handled else None)
+    _raise(exc)
+
+
+def _instance(exc):
+    """``raise E`` with a class raises ``E()``."""
     if isinstance(exc, ClassVariable) and issubclass(exc.cls, BaseException):
         exc = ExceptionVariable(exc.cls, [])
     if not isinstance(exc, ExceptionVariable):
         unsupported(f"raise of {exc}")
+    return exc
+
+
+def _raise(exc):
     message = ", ".join(str(a.as_constant()) for a in exc.args if a.is_constant())
     raise RaisedInUserCode(exc.exc_type, message, exc)
 
 
 @opcode("PUSH_EXC_INFO")
 def _push_exc_info(frame, inst):
+    # CPython's exc_info: the handler runs with this exception as the one being handled
+    # (what a bare ``raise`` re-raises and a new exception's ``__context__``); the stack
+    # keeps the previous one, which POP_EXCEPT restores.
     exc = frame.pop()
-    frame.push(NONE)  # the previously handled exception: none inside captured code
+    handled = frame.tracer.handled_exceptions
+    frame.push(handled[-1] if handled else NONE)
     frame.push(exc)
+    handled.append(exc)
+    frame.handler_raises.append(frame.raised_at)
 
 
 @opcode("CHECK_EXC_MATCH")
@@ -146,6 +165,11 @@ def _check_exc_match(frame, inst):
 @opcode("POP_EXCEPT")
 def _pop_except(frame, inst):
     frame.pop()
+    # A resume function may start inside a handler whose PUSH_EXC_INFO ran before the
+    # break (then neither list has its entry).
+    if frame.handler_raises:
+        frame.handler_raises.pop()
+        frame.tracer.handled_exceptions.pop()
 
 
 @opcode("RERAISE")
@@ -155,8 +179,7 @@ def _reraise(frame, inst):
     exc = frame.pop()
     if not isinstance(exc, ExceptionVariable):
         unsupported("re-raising an exception in compiled code")
-    message = ", ".join(str(a.as_constant()) for a in exc.args if a.is_constant())
-    raise RaisedInUserCode(exc.exc_type, message, exc)
+    _raise(exc)
 
 
 @opcode("WITH_EXCEPT_START", "CLEANUP_THROW", "CHECK_EG_MATCH")

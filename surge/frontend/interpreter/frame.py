@@ -87,8 +87,11 @@ class Frame:
         # that starts when the tracer has run this many (``StopForBreak``).
         self.stop_count = -1
         self.current_count = -1  # the trace's instruction count when ``current`` started
-        # (offset, count) of the last instruction whose exception a handler caught.
+        # (offset, count) of the last instruction whose exception a handler caught outside
+        # any running handler, and that point for each handler running now, outermost
+        # first: a graph break inside a handler splits the frame there.
         self.raised_at: tuple | None = None
+        self.handler_raises: list = []
 
     # ---- stack ---------------------------------------------------------------
 
@@ -153,7 +156,10 @@ class Frame:
                 except RaisedInUserCode as raised:
                     if not self.enter_exception_handler(inst, raised):
                         raise
-                    self.raised_at = (inst.offset, count)
+                    # Raised inside a running handler: that handler's own raise is where
+                    # CPython can take over (it re-enters the handler itself).
+                    outer = self.handler_raises[0] if self.handler_raises else None
+                    self.raised_at = outer if outer is not None else (inst.offset, count)
         except Unsupported as e:
             if e.location is None:
                 attach_location(e, self)
@@ -167,6 +173,10 @@ class Frame:
                 e.root_instruction = (self.current.offset, count)
                 if self.current.opname in _EXCEPTION_MACHINERY and self.raised_at is not None:
                     e.root_instruction = self.raised_at
+                if self.handler_raises and self.handler_raises[0] is not None and self.handler_needs_exc_info():
+                    # A resume function inside a handler would run with no exception being
+                    # handled: CPython raises the exception again and runs the handler.
+                    e.root_instruction = self.handler_raises[0]
                 if getattr(e, "inside_call", False) and self.current.opname in ("CALL", "CALL_FUNCTION_EX"):
                     where = f"{os.path.basename(self.code.co_filename)}:{self.current.lineno}"
                     e.root_call = f"{self.name} breaks at its call at {where}"
@@ -188,18 +198,37 @@ class Frame:
         self.run()
         return None if self.done else self.yielded
 
+    def handler_needs_exc_info(self) -> bool:
+        """Whether the rest of the running handler may depend on the exception being
+        handled (a bare ``raise``, an exception raised with it as ``__context__``, a call
+        that reads ``sys.exc_info()``), rather than only on the exception object."""
+        index = self.current.index
+        end = max((entry.end for entry in self.decoded.exception_table
+                   if entry.lasti and entry.start <= index <= entry.end), default=index)
+        return any(ins.opname in ("CALL", "CALL_FUNCTION_EX", "RAISE_VARARGS")
+                   for ins in self.instructions[index + 1:end + 1])
+
     def enter_exception_handler(self, inst: Instruction, raised) -> bool:
         """Jump to the handler covering ``inst`` (CPython's exception table), if any."""
         for entry in self.decoded.exception_table:
             if entry.start <= inst.index <= entry.end:
                 from ..variables.constant import ConstantVariable
+                from ..variables.containers import key_variable
                 from ..variables.objects import ExceptionVariable
 
                 del self.stack[entry.depth:]
                 if entry.lasti:
                     self.push(ConstantVariable(inst.offset))
-                self.push(raised.exception or ExceptionVariable(
-                    raised.exc_type, [ConstantVariable(raised.message)] if raised.message else []))
+                exc = raised.exception
+                if exc is None:  # raised by an operation (a KeyError of a dict lookup, ...)
+                    if raised.exc_args is not None:
+                        args = [key_variable(a) for a in raised.exc_args]
+                    else:
+                        args = [ConstantVariable(raised.message)] if raised.message else []
+                    exc = ExceptionVariable(raised.exc_type, args)
+                    handled = self.tracer.handled_exceptions
+                    exc.raised_while_handling(handled[-1] if handled else None)
+                self.push(exc)
                 self.ip = entry.target
                 return True
         return False

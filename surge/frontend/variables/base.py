@@ -22,15 +22,18 @@ class RaisedInUserCode(Unsupported):
     code's exception table); if nothing does, the frame cannot be captured.
     """
 
-    def __init__(self, exc_type: type, message: str = "", exception=None):
+    def __init__(self, exc_type: type, message: str = "", exception=None, exc_args: tuple | None = None):
         self.exc_type = exc_type
         self.message = message
         self.exception = exception  # the ExceptionVariable raised, when the code made one
+        # The exception's args as Python gives them (``KeyError(key)``), when they are
+        # not just the message: constants, or dict keys standing for objects.
+        self.exc_args = exc_args
         super().__init__(f"{exc_type.__name__}: {message}" if message else f"{exc_type.__name__} raised")
 
 
-def raise_in_user_code(exc_type: type, message: str = ""):
-    raise RaisedInUserCode(exc_type, message)
+def raise_in_user_code(exc_type: type, message: str = "", args: tuple | None = None):
+    raise RaisedInUserCode(exc_type, message, exc_args=args)
 
 
 class AttributeMissing(Exception):

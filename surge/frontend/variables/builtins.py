@@ -22,6 +22,7 @@ from .constant import NONE, ConstantVariable
 from .containers import (
     DictVariable, IteratorVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, _key_of,
 )
+from .instance_checks import isinstance_of, issubclass_of
 from .tensor import TensorVariable, record_op
 
 BUILTIN_RULES: dict = {}
@@ -69,13 +70,18 @@ def _len(tx, obj):
 
 @builtin(isinstance)
 def _isinstance(tx, obj, classinfo):
-    cls = _class_info(classinfo)
-    return ConstantVariable(issubclass(obj.python_type(), cls))
+    return ConstantVariable(isinstance_of(tx, obj, _flat_classes(_class_info(classinfo))))
 
 
 @builtin(issubclass)
 def _issubclass(tx, cls, classinfo):
-    return ConstantVariable(issubclass(_class_of(cls), _class_info(classinfo)))
+    return ConstantVariable(issubclass_of(tx, cls, _class_of(cls), _flat_classes(_class_info(classinfo))))
+
+
+def _flat_classes(info) -> list:
+    if isinstance(info, tuple):
+        return [c for item in info for c in _flat_classes(item)]
+    return [info]
 
 
 def _class_of(var):
@@ -137,8 +143,17 @@ def _hasattr(tx, obj, name):
 
 
 def _guard_absent(tx, obj, name):
+    from .class_attributes import class_source
+    from .objects import ClassVariable, NewObjectVariable
+
     if obj.source is not None:
         tx.guards.has_attr(obj.source, name, False)
+    elif isinstance(obj, (NewObjectVariable, ClassVariable)):
+        # An object built in the frame (or a class reached without a source): the class
+        # decides, until it gains the attribute.
+        source = class_source(obj.cls)
+        if source is not None:
+            tx.guards.has_attr(source, name, False)
 
 
 @builtin(setattr)
@@ -393,7 +408,13 @@ def _next(tx, it, default=None):
 @builtin(zip)
 def _zip(tx, *iterables, strict=None):
     lists = [i.iterate(tx) for i in iterables]
-    return IteratorVariable([TupleVariable(list(group)) for group in zip(*lists)])
+    error = None
+    if strict is not None and strict.truthy(tx) and len({len(items) for items in lists}) > 1:
+        try:  # the ValueError zip itself raises, with its message, once the shortest runs out
+            list(zip(*[range(len(items)) for items in lists], strict=True))
+        except ValueError as e:
+            error = (ValueError, str(e))
+    return IteratorVariable([TupleVariable(list(group)) for group in zip(*lists)], error_at_end=error)
 
 
 @builtin(enumerate)

@@ -167,7 +167,7 @@ def _dict_pop(tx, d, key, default=None):
     if k in d.items:
         return d.items.pop(k)
     if default is None:
-        raise_in_user_code(KeyError, repr(k))
+        raise_in_user_code(KeyError, repr(k), args=(k,))
     return default
 
 

@@ -148,7 +148,7 @@ class DictVariable(Variable):
         k = _key_of(tx, key)
         if k not in self.items:
             if self.default_factory is None:
-                raise_in_user_code(KeyError, repr(k))
+                raise_in_user_code(KeyError, repr(k), args=(k,))
             self.items[k] = self.default_factory.call(tx, [], {})
         return self.items[k]
 
@@ -233,15 +233,20 @@ class SliceVariable(Variable):
 class IteratorVariable(Variable):
     """An iterator over values known now (lists, ranges, zip, enumerate, ... are materialized)."""
 
-    def __init__(self, items: list):
+    def __init__(self, items: list, error_at_end: tuple | None = None):
         self.items = list(items)
         self.position = 0
+        # (exception type, message) raised instead of stopping once the items run out
+        # (``zip(..., strict=True)`` over iterables of unequal lengths).
+        self.error_at_end = error_at_end
 
     def python_type(self):
         return type(iter([]))
 
     def next(self):
         if self.position >= len(self.items):
+            if self.error_at_end is not None:
+                raise_in_user_code(*self.error_at_end)
             return None
         item = self.items[self.position]
         self.position += 1
@@ -250,6 +255,8 @@ class IteratorVariable(Variable):
     def iterate(self, tx):
         rest = self.items[self.position:]
         self.position = len(self.items)
+        if self.error_at_end is not None:
+            raise_in_user_code(*self.error_at_end)
         return rest
 
 

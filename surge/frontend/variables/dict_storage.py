@@ -47,7 +47,7 @@ class DictStorageMethodVariable(Variable):
         if not present:
             if self.name == "get":
                 return args[1] if len(args) > 1 else NONE
-            raise_in_user_code(KeyError, repr(key))
+            raise_in_user_code(KeyError, repr(key), args=(key,))
         return tx.wrap(dict.__getitem__(self.self_var.obj, key), DictStorageSource(source, key))
 
 
@@ -83,7 +83,7 @@ class StorageMethodVariable(Variable):
             (key,) = args
             k = _key_of(tx, key)
             if k not in storage.items:
-                raise_in_user_code(KeyError, repr(k))
+                raise_in_user_code(KeyError, repr(k), args=(k,))
             del storage.items[k]
             return NONE
         if self.name == "__len__":
@@ -143,7 +143,7 @@ class InstanceDictVariable(Variable):
     def getitem(self, tx, key):
         value = self.lookup(tx, key.as_constant())
         if value is None:
-            raise_in_user_code(KeyError, repr(key.as_constant()))
+            raise_in_user_code(KeyError, repr(key.as_constant()), args=(key.as_constant(),))
         return value
 
 
@@ -164,5 +164,5 @@ class InstanceDictMethod(Variable):
         if value is None:
             if self.name == "get":
                 return args[1] if len(args) > 1 else NONE
-            raise_in_user_code(KeyError, repr(args[0].as_constant()))
+            raise_in_user_code(KeyError, repr(args[0].as_constant()), args=(args[0].as_constant(),))
         return value

@@ -35,7 +35,7 @@ class EnvironMethodVariable(Variable):
         if value is None:
             if self.name == "get":
                 return args[1] if len(args) > 1 else NONE
-            raise_in_user_code(KeyError, repr(key))
+            raise_in_user_code(KeyError, repr(key), args=(key,))
         return ConstantVariable(value)
 
 

@@ -13,7 +13,9 @@ from ..sources import AttrSource, ConstSource, ModuleDictSource
 from .autograd_functions import AutogradFunctionApplyVariable
 from .attribute_hooks import ModuleGetattrVariable, call_getattr_hook, module_table_lookup, user_getattr_hook
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
+from .class_attributes import class_entry_source_of, guard_class_entry, is_trusted_class
 from .constant import NONE, ConstantVariable
+from .exceptions import ExceptionVariable  # noqa: F401  (where the interpreter and rules find it)
 
 _MISSING = object()
 # Built-in classes whose methods act on a dict subclass's own storage.
@@ -42,6 +44,9 @@ def bind_class_attribute(tx, self_var: Variable, cls: type, name: str, value):
     """Resolve a class-level attribute found for ``self_var`` (methods bind to it)."""
     from .functions import CACHE_WRAPPER_TYPE, UserFunctionVariable, UserMethodVariable
 
+    source = class_entry_source_of(cls, name, value)
+    if source is not None and _is_bindable(value):
+        tx.guards.identity(source, value)  # plain values are guarded by tx.wrap below
     if isinstance(value, types.FunctionType):
         return UserMethodVariable(UserFunctionVariable(value), self_var)
     if isinstance(value, CACHE_WRAPPER_TYPE) and isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
@@ -60,6 +65,9 @@ def bind_class_attribute(tx, self_var: Variable, cls: type, name: str, value):
         result = UserFunctionVariable(value.wrapped).call(tx, [self_var], {})
         if isinstance(self_var, NewObjectVariable):
             self_var.attrs[name] = result
+        elif isinstance(self_var, UserObjectVariable):
+            # Its setattr on the instance, replayed: the next call reads the cached value.
+            self_var.store_attribute(name, result, tx)
         return result
     if isinstance(value, (types.MethodDescriptorType, types.WrapperDescriptorType)):
         # A C method (ndarray.sum, ...): loading it is fine, calling it is a graph break.
@@ -68,7 +76,7 @@ def bind_class_attribute(tx, self_var: Variable, cls: type, name: str, value):
         return OpaqueMethodVariable(self_var, name, value)
     if hasattr(type(value), "__get__") and not isinstance(value, type):
         unsupported(f"descriptor {type(value).__name__} for attribute {name!r} of {cls.__qualname__}")
-    return tx.wrap(value, None)
+    return tx.wrap(value, source)
 
 
 def call_python_dunder(tx, var: Variable, name: str, args: list):
@@ -156,6 +164,10 @@ class ObjectVariable(Variable):
                 # instance, so a later instance attribute shadowing it is noticed.
                 src = self.child_source()
                 return tx.wrap(getattr(self.obj, name), AttrSource(src, name) if src is not None else None)
+            src = self.child_source()
+            if src is not None and isinstance(getattr(self.obj, "__dict__", None), dict):
+                # An instance attribute set later would shadow the class's method.
+                tx.guards.add(src, f"{name!r} not in {{v}}.__dict__", f"{src.name()} has no instance attribute {name!r}")
             return bind_class_attribute(tx, self, cls, name, static)
         return self.getattr_fallback(tx, name)
 
@@ -627,6 +639,8 @@ class ClassVariable(Variable):
             raise AttributeMissing(name)
         if name == "apply" and issubclass(self.cls, torch.autograd.Function):
             return AutogradFunctionApplyVariable(self.cls)
+        if isinstance(static, (classmethod, staticmethod, types.FunctionType)):
+            guard_class_entry(tx, self.cls, name, static)
         if isinstance(static, classmethod):
             from .functions import UserFunctionVariable, UserMethodVariable
 
@@ -637,8 +651,10 @@ class ClassVariable(Variable):
             from .functions import UserFunctionVariable
 
             return UserFunctionVariable(static)
+        # Read as Python reads it (descriptors called); guarded however the class was
+        # reached (a global, ``type(obj)``, ``obj.__class__``).
         own_source = AttrSource(ConstSource(self.cls, self.cls.__qualname__), name) \
-            if self.source is not None and not is_torch_library_code(self.cls) else None
+            if not is_trusted_class(self.cls) else None
         return tx.wrap(getattr(self.cls, name), own_source)
 
     def call(self, tx, args, kwargs):
@@ -684,27 +700,6 @@ class SuperVariable(Variable):
                         and name != "forward":
                     unsupported(f"super().{name}() of nn.Module in compiled code")
                 return bind_class_attribute(tx, self.self_var, obj_type, name, value)
-        raise AttributeMissing(name)
-
-
-class ExceptionVariable(Variable):
-    """An exception object made or caught by the captured code."""
-
-    def __init__(self, exc_type: type, args: list):
-        self.exc_type = exc_type
-        self.args = args
-
-    def python_type(self):
-        return self.exc_type
-
-    def truthy(self, tx):
-        return True
-
-    def getattr(self, tx, name):
-        if name == "args":
-            from .containers import TupleVariable
-
-            return TupleVariable(self.args)
         raise AttributeMissing(name)
 
 

@@ -43,6 +43,8 @@ class TorchFunctionVariable(KnownCallableVariable):
         if reason is not None:
             unsupported(reason)
         name = getattr(self.fn, "__name__", "")
+        if getattr(self.fn, "__module__", None) == "torch._C._functorch":
+            unsupported(f"torch._C._functorch.{name}() (functorch transform state) in compiled code")
         if name.startswith(("set_", "seed", "use_deterministic")):
             unsupported(f"torch.{name}() changes global state (not captured in a graph)")
         rule = TORCH_FUNCTION_RULES.get(self.fn)

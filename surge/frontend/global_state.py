@@ -1,0 +1,113 @@
+"""torch's process-wide state is the same after a capture as before it, on every exit.
+
+Capture runs user and library code symbolically, but a few calls reach torch for real
+(a C function called on Python values, a backend that traces with a dispatch mode).
+Should one of them change process state, every later eager call would see it: an open
+functorch level makes ``loss.backward()`` fail for the rest of the process. So
+``preserved_global_state`` snapshots that state around each capture attempt, puts
+back anything that changed, and reports it: a ``GlobalStateLeak`` (an internal
+error: the frame then runs eagerly) naming each piece, or, when the capture already
+failed, a note on that failure.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+_functorch = torch._C._functorch
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+_POP_INTERPRETER = {
+    _functorch.TransformType.Grad: _functorch._grad_decrement_nesting,
+    _functorch.TransformType.Jvp: _functorch._jvp_decrement_nesting,
+    _functorch.TransformType.Vmap: _functorch._vmap_decrement_nesting,
+    _functorch.TransformType.Functionalize: _functorch._func_decrement_nesting,
+}
+
+
+def functorch_transform_active() -> bool:
+    """Whether a torch.func transform (grad, vmap, ...) is running: its wrapped tensors
+    pass a plain tensor's guards, so entries are guarded on this and capture refuses it."""
+    return _functorch.maybe_current_level() is not None
+
+
+class GlobalStateLeak(RuntimeError):
+    """A capture changed torch's global state (restored before this is raised)."""
+
+
+def _functorch_depth() -> int:
+    return len(_functorch.get_interpreter_stack() or ())
+
+
+def _pop_functorch_levels(depth: int) -> None:
+    while _functorch_depth() > depth:
+        _POP_INTERPRETER[_functorch.peek_interpreter_stack().key()]()
+
+
+def _set_deterministic(state) -> None:
+    torch.use_deterministic_algorithms(state[0], warn_only=state[1])
+
+
+def _pop_modes(length, pop) -> None:
+    def restore(saved):
+        while length() > saved:
+            pop()
+    return restore
+
+
+# name -> (read, restore); restore gets what read returned before the capture.
+_STATE = {
+    "functorch level": (_functorch_depth, _pop_functorch_levels),
+    "grad mode": (torch.is_grad_enabled, torch._C._set_grad_enabled),
+    "forward-mode AD": (torch._C._is_fwd_grad_enabled, torch._C._set_fwd_grad_enabled),
+    "inference mode": (torch.is_inference_mode_enabled, None),
+    "default dtype": (torch.get_default_dtype, torch.set_default_dtype),
+    "deterministic algorithms": (
+        lambda: (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()),
+        _set_deterministic),
+    "functorch inplace requires_grad": (_functorch.get_inplace_requires_grad_allowed,
+                                        _functorch.set_inplace_requires_grad_allowed),
+    "torch function modes": (torch._C._len_torch_function_stack,
+                             _pop_modes(torch._C._len_torch_function_stack, torch._C._pop_torch_function_stack)),
+    "torch dispatch modes": (torch._C._len_torch_dispatch_stack,
+                             _pop_modes(torch._C._len_torch_dispatch_stack, torch._C._pop_torch_dispatch_stack)),
+    "autocast cache": (torch.is_autocast_cache_enabled, torch.set_autocast_cache_enabled),
+}
+for _device in _AUTOCAST_DEVICES:
+    _STATE[f"autocast on {_device}"] = (
+        lambda d=_device: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)),
+        lambda state, d=_device: (torch.set_autocast_enabled(d, state[0]), torch.set_autocast_dtype(d, state[1])),
+    )
+
+
+def snapshot() -> dict:
+    return {name: read() for name, (read, _) in _STATE.items()}
+
+
+def restore(before: dict) -> list[str]:
+    """Put back what differs from ``before``; the descriptions of what differed."""
+    leaked = []
+    for name, (read, put_back) in _STATE.items():
+        now = read()
+        if now != before[name]:
+            leaked.append(f"{name} {now!r} (was {before[name]!r})")
+            if put_back is not None:
+                put_back(before[name])
+    return leaked
+
+
+@contextlib.contextmanager
+def preserved_global_state(what: str):
+    """Around one capture attempt of ``what``: state changed inside is put back; a
+    capture that otherwise succeeded raises GlobalStateLeak naming it."""
+    before = snapshot()
+    try:
+        yield
+    except BaseException as e:
+        leaked = restore(before)
+        if leaked:
+            e.add_note(f"surge: capture of {what} changed torch's global state (restored): " + "; ".join(leaked))
+        raise
+    leaked = restore(before)
+    if leaked:
+        raise GlobalStateLeak(f"capture of {what} changed torch's global state (restored): " + "; ".join(leaked))

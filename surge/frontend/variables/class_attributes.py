@@ -1,0 +1,58 @@
+"""Guards for attributes found on a class rather than on the object itself.
+
+A method, property or class attribute is looked up along the class's MRO at capture
+time; a later ``Klass.K = ...``, ``Klass.method = ...`` or a subclass defining the name
+changes what the same code reads. Such reads are guarded on the MRO entry they found
+(``class_entry(Klass, name)``), whether the object came from the inputs or was
+created inside the frame (whose class is then the only thing the guard can check).
+Classes that cannot change (builtins, extension types) and torch's own classes (trusted,
+as torch's modules are) get no guard.
+"""
+from __future__ import annotations
+
+from ..sources import ClassEntrySource, ConstSource, class_entry
+
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: its __dict__ cannot be assigned to
+
+
+def is_trusted_class(cls: type) -> bool:
+    """A class whose attributes are not guarded: it cannot change, or it is torch's."""
+    module = getattr(cls, "__module__", "") or ""
+    return bool(cls.__flags__ & _IMMUTABLE_TYPE) or module == "torch" or module.startswith("torch.")
+
+
+def class_source(cls: type):
+    """The class itself as a guard source, or None when ``cls`` is trusted."""
+    return None if is_trusted_class(cls) else ConstSource(cls, cls.__qualname__)
+
+
+def class_entry_source(cls: type, name: str):
+    """The source reading ``name`` from ``cls``'s MRO, or None when ``cls`` is trusted."""
+    source = class_source(cls)
+    return None if source is None else ClassEntrySource(source, name)
+
+
+def class_entry_source_of(cls: type, name: str, value):
+    """The source at which the MRO of ``cls`` finds ``value`` as ``name``. A ``super()``
+    lookup finds it in a later class of the MRO than the first: that class is read."""
+    try:
+        first = class_entry(cls, name)
+    except AttributeError:
+        first = None
+    if first is not value:
+        owner = next((k for k in cls.__mro__ if k.__dict__.get(name, _ABSENT) is value), None)
+        if owner is None:
+            return None
+        cls = owner
+    return class_entry_source(cls, name)
+
+
+def guard_class_entry(tx, cls: type, name: str, value) -> None:
+    """The trace used ``value``, found as ``name`` along ``cls``'s MRO: guard that the
+    lookup finds the same object on later calls."""
+    source = class_entry_source_of(cls, name, value)
+    if source is not None:
+        tx.guards.identity(source, value)
+
+
+_ABSENT = object()
