@@ -24,12 +24,11 @@ from . import disk_cache
 from .binding import bind_root
 from .breaks import BreakRunner, BreakState, BreakStateCodegen, ResumeCaller, grad_mode_outside_blocks
 from .cache_entry import BreakReason, CacheEntry
-from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
+from .code_kinds import DECORATE_CONTEXT_CODE
 from .codegen import EntryCodegen, generate_diagnosis, generate_entry
 from .interpreter import Frame
 from .interpreter.frame import StopForBreak
 from .reconstruct import ReturnCodegen, collect_tensor_outputs
-from .resume import user_name
 from .sources import ClosureSource, ConstTable, RootFunctionSource
 from .tracer import Tracer
 from .variables.autocast import (
@@ -142,8 +141,7 @@ def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None 
             _refuse_unmodeled_modes(tracer)
             enter_ambient_autocast(tracer)
             frame = Frame(tracer, fn.__code__, fn.__globals__, bind_root(tracer, fn, args, kwargs),
-                          _root_cells(tracer, fn), name=user_name(fn.__code__) if is_resume_code(fn.__code__)
-                          else fn.__qualname__)
+                          _root_cells(tracer, fn), name=fn.__qualname__)
             if stop is not None:
                 frame.stop_count = stop.count
             if fn.__code__ is DECORATE_CONTEXT_CODE:
@@ -261,10 +259,10 @@ def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
     output_index = {o.node: i for i, o in enumerate(outputs)}
     # Fail (and fall back) on an unreturnable value before the backend sees the graph.
     ReturnCodegen(EntryCodegen(ConstTable()), output_index).expr(result)
-    # Every capture of a user function hands a graph to the backend, even one without
-    # ops (a function that only rearranges its inputs): counts stay predictable. A
-    # resume function without ops makes none, as a break's prefix without ops.
-    gm, compiled = _compile_graph(tracer, fn, outputs, backend, skip_empty=is_resume_code(fn.__code__))
+    # A frame without tensor work (one that only rearranges its inputs, or does Python
+    # arithmetic) hands no graph to the backend, as torch.compile does not: the entry
+    # checks its guards and rebuilds the result.
+    gm, compiled = _compile_graph(tracer, fn, outputs, backend, skip_empty=True)
     input_sources = [source for source, _ in tracer.graph.inputs]
     source, run = generate_entry(
         tracer.guards, tracer.consts, input_sources=input_sources,

@@ -186,6 +186,7 @@ def contains(tx, container: Variable, item: Variable) -> bool:
     from ..variables.objects import NNModuleVariable
 
     if isinstance(container, NNModuleVariable) and item.is_constant():
+        container.guard_members(tx)
         return item.as_constant() in container.module._modules
     handler = getattr(container, "contains", None)
     if handler is not None and item.is_constant():

@@ -203,7 +203,11 @@ class UserObjectVariable(ObjectVariable):
 
 
 class NNModuleVariable(ObjectVariable):
-    """An nn.Module; identity-guarded, so its attributes are read through a constant."""
+    """An nn.Module; identity-guarded, so its attributes are read through a constant.
+
+    The entry binds that constant to the call's own module and checks it is alike
+    (``codegen.module_bindings``): modules of one class share entries. So whatever
+    the trace reads of the instance (attributes, table keys) is guarded as read."""
 
     def __init__(self, module: torch.nn.Module, source):
         self.obj = module
@@ -431,8 +435,12 @@ def _named_tensors(tx, mv, table, recurse, prefix=""):
                 walk(f"{p}{k}.", child)
         walk(prefix, mv)
     for p, m in modules:
+        m.guard_members(tx, table)
         for k, t in m.obj.__dict__[table].items():
-            if t is None or id(t) in seen:
+            if t is None:
+                m.getattr_fallback(tx, k)  # guards that the entry is None
+                continue
+            if id(t) in seen:
                 continue
             seen.add(id(t))
             out.append((p + k, m.getattr_fallback(tx, k)))
@@ -449,6 +457,7 @@ def _module_items(tx, mv):
 def _module_keys(tx, mv):
     from .containers import ListVariable
 
+    mv.guard_members(tx)
     return ListVariable([ConstantVariable(k) for k in mv.obj._modules])
 
 
