@@ -194,7 +194,11 @@ class BreakStateCodegen(ReturnCodegen):
             # made again over the same cells.
             defaults = "(" + "".join(self.expr(d) + ", " for d in value.defaults) + ")"
             kwdefaults = "{" + ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.kwdefaults.items()) + "}"
-            return self._function(value.code, value.f_globals, value.qualname, defaults, kwdefaults, value.cells)
+            function = self._function(value.code, value.f_globals, value.qualname, defaults, kwdefaults, value.cells)
+            if not value.attrs:
+                return function
+            metadata = "{" + ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.attrs.items()) + "}"
+            return f"{self.codegen.consts.ref(with_metadata, 'with_metadata')}({function}, {metadata})"
         if isinstance(value, ExceptionVariable):  # raised or caught in the trace, re-raised by CPython
             cls = self.codegen.consts.ref(value.exc_type, value.exc_type.__name__)
             return f"{cls}(" + "".join(self.expr(a) + ", " for a in value.args) + ")"
@@ -266,6 +270,13 @@ def make_closure(code, f_globals, qualname, defaults, kwdefaults, cells):
     fn.__qualname__ = qualname
     if kwdefaults:
         fn.__kwdefaults__ = kwdefaults
+    return fn
+
+
+def with_metadata(fn, metadata: dict):
+    """``fn`` with the ``__name__`` / ``__doc__`` / ... the trace set on it."""
+    for name, value in metadata.items():
+        setattr(fn, name, value)
     return fn
 
 

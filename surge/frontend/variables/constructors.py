@@ -11,8 +11,8 @@ import types
 import torch
 
 from .base import unsupported
-from .builtins import BUILTIN_RULES
-from .constant import ConstantVariable
+from .builtins import BUILTIN_RULES, fold
+from .constant import ConstantVariable, is_numpy_scalar_type
 from .containers import DictVariable, TupleVariable
 from .dict_storage import is_dict_storage_class
 from .autocast import AUTOCAST_CLASSES, construct_autocast
@@ -67,6 +67,8 @@ def construct(tx, class_var, args, kwargs):
         return construct_autocast(tx, cls, args, kwargs)
     if cls in PURE_TORCH_CLASSES:
         return call_pure_torch_class(tx, cls, args, kwargs)
+    if is_numpy_scalar_type(cls) and all(a.is_constant() for a in args) and not kwargs:
+        return ConstantVariable(fold(cls, args))
     if isinstance(cls, type) and issubclass(cls, enum.Enum):
         return ConstantVariable(cls(*[a.as_constant() for a in args]))
     if issubclass(cls, torch.nn.Module):
