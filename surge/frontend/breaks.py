@@ -38,7 +38,9 @@ from .sources import ClosureSource, RootFunctionSource
 from .variables.base import NULL
 from .variables.containers import DictVariable, IteratorVariable, ListVariable, SetVariable
 from .variables.autocast import AutocastContextVariable, autocast_expression
-from .variables.contexts import BoundContextMethod, GeneratorContextVariable, GradModeContextVariable
+from .variables.contexts import (
+    BoundContextMethod, GeneratorContextVariable, GradModeContextVariable, ProfilerContextVariable,
+)
 from .variables.functions import (
     CellVariable, GeneratorVariable, NestedFunctionVariable, OpaqueCallableVariable, OpaqueMethodVariable,
     TensorMethodVariable, UserFunctionVariable, UserMethodVariable,
@@ -211,6 +213,9 @@ class BreakStateCodegen(ReturnCodegen):
         if isinstance(value, GradModeContextVariable):
             cls = torch.enable_grad if value.target_mode else torch.no_grad
             return f"{self.codegen.consts.ref(cls, cls.__name__)}()"
+        if isinstance(value, ProfilerContextVariable):
+            arguments = [self.expr(a) for a in value.args] + [f"{k}={self.expr(v)}" for k, v in value.kwargs.items()]
+            return f"{self.codegen.consts.ref(value.cls, value.cls.__name__)}({', '.join(arguments)})"
         if isinstance(value, AutocastContextVariable):
             return autocast_expression(self.codegen.consts, value)
         return super().expr(value)

@@ -51,6 +51,9 @@ def collect_tensor_outputs(value: Variable, outputs: list, seen: set) -> None:
     elif isinstance(value, (DictVariable, SetVariable)):
         for item in value.items.values():
             collect_tensor_outputs(item, outputs, seen)
+    elif isinstance(value, SliceVariable):
+        for item in (value.start, value.stop, value.step):
+            collect_tensor_outputs(item, outputs, seen)
     elif isinstance(value, NewObjectVariable):
         for item in value.attrs.values():
             collect_tensor_outputs(item, outputs, seen)

@@ -15,11 +15,12 @@ import weakref
 import torch
 
 from ..sources import AttrSource, ItemSource
+from ..wrappers import compiled_original
 from .base import unsupported
 from .autocast import wrap_autocast_object
 from .builtins import BUILTIN_RULES, BuiltinVariable
 from .constant import ConstantVariable, is_constant_value
-from .containers import DictVariable, IteratorVariable, ListVariable, SetVariable, TupleVariable
+from .containers import DictVariable, IteratorVariable, ListVariable, SetVariable, SliceVariable, TupleVariable
 from .functions import (
     CACHE_WRAPPER_TYPE, OpaqueCallableVariable, UserFunctionVariable, UserMethodVariable, cached_function_variable,
     guarded_by_code,
@@ -47,6 +48,11 @@ def wrap_value(tx, value, source):
         if guards:
             guards.constant(source, value)
         return ConstantVariable(value, source)
+    if type(value) is slice:  # with a tensor among its bounds (else a constant, above)
+        if guards:
+            guards.type_is(source, slice)
+        return SliceVariable(*(wrap_value(tx, getattr(value, part), AttrSource(source, part) if source else None)
+                               for part in ("start", "stop", "step")))
     if type(value) in (tuple, list) or (isinstance(value, tuple) and hasattr(type(value), "_fields")) \
             or isinstance(value, torch.Size):
         if guards:
@@ -135,6 +141,13 @@ def _wrap_callable_or_object(tx, value, source):
         return GradModeContextVariable(isinstance(value, torch.autograd.grad_mode.enable_grad))
     if isinstance(value, torch.amp.autocast):
         return wrap_autocast_object(tx, value, source)
+    if type(value) is torch.autograd.profiler.record_function:
+        # Re-entered by a resume function after a graph break inside its block.
+        from .contexts import ProfilerContextVariable
+
+        if source is not None:
+            tx.guards.type_is(source, type(value))
+        return ProfilerContextVariable(type(value), [ConstantVariable(value.name)], {})
     if _has_rule(value):
         return BuiltinVariable(value, source)
     if isinstance(value, torch._library.custom_ops.CustomOpDef):
@@ -145,7 +158,7 @@ def _wrap_callable_or_object(tx, value, source):
         return TorchFunctionVariable(value._opoverload, None)
     if isinstance(value, CACHE_WRAPPER_TYPE) and isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
         return cached_function_variable(tx, value, source)
-    original = getattr(value, "_surge_original", None)
+    original = compiled_original(value)
     if original is not None and isinstance(value, types.FunctionType):
         # A function compiled on its own, called from compiled code: inline its original.
         return wrap_value(tx, original, None)

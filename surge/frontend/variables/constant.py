@@ -22,6 +22,8 @@ CONSTANT_TYPES = (
 def is_constant_value(value) -> bool:
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
         return all(is_constant_value(v) for v in value)
+    if type(value) is slice:  # a graph break hands over slices of tensors, too
+        return all(is_constant_value(v) for v in (value.start, value.stop, value.step))
     return isinstance(value, CONSTANT_TYPES) or is_numpy_scalar(value)
 
 

@@ -9,6 +9,7 @@ import types
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .constant import ConstantVariable
 from .containers import IteratorVariable
+from ..wrappers import compiled_original
 
 CO_VARARGS = inspect.CO_VARARGS
 CO_VARKEYWORDS = inspect.CO_VARKEYWORDS
@@ -184,7 +185,7 @@ def guarded_by_code(fn) -> bool:
     """Functions defined inside functions are made anew by each call of their maker (or
     rebuilt at a graph break): read from the inputs, they are guarded by code and globals,
     and their defaults and cells are read from the object of each call."""
-    return "<locals>" in fn.__qualname__ and getattr(fn, "_surge_original", None) is None
+    return "<locals>" in fn.__qualname__ and compiled_original(fn) is None
 
 
 class NestedFunctionVariable(FunctionVariable):
