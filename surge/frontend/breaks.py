@@ -89,7 +89,7 @@ class BreakState:
 
     def tensor_outputs(self, outputs: list, seen: set) -> None:
         for value in self.values:
-            _collect(value, outputs, seen)
+            collect_state_outputs(value, outputs, seen)
 
 
 def _callee_depth(instruction) -> int | None:
@@ -109,31 +109,33 @@ class CalleeStandIn:
         self.callees = callees
 
 
-def _collect(value, outputs, seen) -> None:
+def collect_state_outputs(value, outputs, seen) -> None:
+    """The graph-computed tensors a value needs, also inside closures, cells, iterators and
+    paused generators (what a break hands over, or a function returns)."""
     if ("visited", id(value)) in seen:  # cells and closures may refer to each other
         return
     if isinstance(value, CalleeStandIn):
-        _collect(value.callee, outputs, seen)
+        collect_state_outputs(value.callee, outputs, seen)
     elif isinstance(value, CellVariable):
         seen.add(("visited", id(value)))
-        _collect(value.contents(), outputs, seen)
+        collect_state_outputs(value.contents(), outputs, seen)
     elif isinstance(value, GeneratorVariable):
         seen.add(("visited", id(value)))
         for item in list(value.frame.locals.values()) + list(value.frame.cells.values()):
-            _collect(item, outputs, seen)
+            collect_state_outputs(item, outputs, seen)
     elif isinstance(value, IteratorVariable):
         for item in value.items[value.position:]:
-            _collect(item, outputs, seen)
+            collect_state_outputs(item, outputs, seen)
     elif isinstance(value, TensorMethodVariable):
-        _collect(value.tensor, outputs, seen)
+        collect_state_outputs(value.tensor, outputs, seen)
     elif isinstance(value, (OpaqueMethodVariable, UserMethodVariable)):
-        _collect(value.self_var, outputs, seen)
+        collect_state_outputs(value.self_var, outputs, seen)
     elif isinstance(value, NestedFunctionVariable):
         seen.add(("visited", id(value)))
         for item in [*value.defaults, *value.kwdefaults.values(), *value.cells]:
-            _collect(item, outputs, seen)
+            collect_state_outputs(item, outputs, seen)
     elif value is not None and not isinstance(value, LazyInput):
-        collect_tensor_outputs(value, outputs, seen)
+        collect_tensor_outputs(value, outputs, seen, each=collect_state_outputs)
 
 
 def grad_mode_outside_blocks(frame, current: bool) -> bool:

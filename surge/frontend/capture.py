@@ -22,7 +22,9 @@ from ..tools.debug_dir import source_of, write_current
 from ..tools.phases import phase_timer
 from . import disk_cache
 from .binding import bind_root
-from .breaks import BreakRunner, BreakState, BreakStateCodegen, ResumeCaller, grad_mode_outside_blocks
+from .breaks import (
+    BreakRunner, BreakState, BreakStateCodegen, ResumeCaller, collect_state_outputs, grad_mode_outside_blocks,
+)
 from .cache_entry import BreakReason, CacheEntry
 from .code_kinds import DECORATE_CONTEXT_CODE
 from .codegen import EntryCodegen, generate_diagnosis, generate_entry
@@ -253,12 +255,14 @@ def _finish_at_break(tracer: Tracer, fn, frame: Frame, stop: BreakPoint, backend
 def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
     outputs: list = []
     seen: set = set()
-    collect_tensor_outputs(result, outputs, seen)
+    # A return value may hold what only a paused frame holds too (a closure made in
+    # the frame, an iterator): it is rebuilt as at a graph break.
+    collect_state_outputs(result, outputs, seen)
     for value in tracer.side_effects.values():
         collect_tensor_outputs(value, outputs, seen)
     output_index = {o.node: i for i, o in enumerate(outputs)}
     # Fail (and fall back) on an unreturnable value before the backend sees the graph.
-    ReturnCodegen(EntryCodegen(ConstTable()), output_index).expr(result)
+    BreakStateCodegen(EntryCodegen(ConstTable()), output_index).expr(result)
     # A frame without tensor work (one that only rearranges its inputs, or does Python
     # arithmetic) hands no graph to the backend, as torch.compile does not: the entry
     # checks its guards and rebuilds the result.
@@ -266,7 +270,7 @@ def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
     input_sources = [source for source, _ in tracer.graph.inputs]
     source, run = generate_entry(
         tracer.guards, tracer.consts, input_sources=input_sources,
-        return_expr=lambda cg: ReturnCodegen(cg, output_index).expr(result),
+        return_expr=lambda cg: BreakStateCodegen(cg, output_index).expr(result),
         effects=lambda cg: tracer.side_effects.statements(cg, ReturnCodegen(cg, output_index).expr),
         compiled=compiled, counters=counters,
     )

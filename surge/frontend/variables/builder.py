@@ -9,6 +9,7 @@ without one (values derived from trusted libraries) it only wraps.
 from __future__ import annotations
 
 import enum
+import functools
 import types
 import weakref
 
@@ -22,8 +23,8 @@ from .builtins import BUILTIN_RULES, BuiltinVariable
 from .constant import ConstantVariable, is_constant_value
 from .containers import DictVariable, IteratorVariable, ListVariable, SetVariable, SliceVariable, TupleVariable
 from .functions import (
-    CACHE_WRAPPER_TYPE, OpaqueCallableVariable, UserFunctionVariable, UserMethodVariable, cached_function_variable,
-    guarded_by_code,
+    CACHE_WRAPPER_TYPE, OpaqueCallableVariable, PartialVariable, UserFunctionVariable, UserMethodVariable,
+    cached_function_variable, guarded_by_code,
 )
 from . import copies, dataclass_rules, signatures  # noqa: F401  (register their rules)
 from .objects import (
@@ -148,6 +149,13 @@ def _wrap_callable_or_object(tx, value, source):
         if source is not None:
             tx.guards.type_is(source, type(value))
         return ProfilerContextVariable(type(value), [ConstantVariable(value.name)], {})
+    if type(value) is functools.partial and source is not None:
+        # Its function and bound arguments are read, and guarded, through the object.
+        tx.guards.type_is(source, functools.partial)
+        fn = tx.wrap(value.func, AttrSource(source, "func"))
+        args = tx.wrap(value.args, AttrSource(source, "args"))
+        keywords = tx.wrap(value.keywords, AttrSource(source, "keywords"))
+        return PartialVariable(fn, args.items, dict(keywords.items))
     if _has_rule(value):
         return BuiltinVariable(value, source)
     if isinstance(value, torch._library.custom_ops.CustomOpDef):
@@ -168,8 +176,6 @@ def _wrap_callable_or_object(tx, value, source):
             return TorchFunctionVariable(value, source)
         return UserFunctionVariable(value, source)
     if isinstance(value, types.MethodType):
-        from ..sources import AttrSource
-
         fn = wrap_value(tx, value.__func__, None)
         self_source = AttrSource(source, "__self__") if source is not None else None
         self_var = wrap_value(tx, value.__self__, self_source)

@@ -88,32 +88,6 @@ def call_python_dunder(tx, var: Variable, name: str, args: list):
     return bind_class_attribute(tx, var, cls, name, method).call(tx, list(args), {})
 
 
-def python_truth(tx, var: Variable, cls: type) -> bool | None:
-    """``bool(obj)`` through the class's Python ``__bool__``, else its Python ``__len__``;
-    None when neither is a Python method (the caller's rules apply)."""
-    method = static_lookup(cls, "__bool__")
-    if isinstance(method, types.FunctionType):
-        result = call_python_dunder(tx, var, "__bool__", [])
-        if not (result.is_constant() and type(result.as_constant()) is bool):
-            raise_in_user_code(TypeError, f"__bool__ should return bool, returned {result}")
-        return result.as_constant()
-    if method is _MISSING and isinstance(static_lookup(cls, "__len__"), types.FunctionType):
-        return var.length(tx) != 0
-    return None
-
-
-def _length_result(result: Variable) -> int:
-    """What ``len()`` makes of ``__len__``'s result (an int >= 0, else TypeError/ValueError)."""
-    if not result.is_constant():
-        unsupported(f"__len__ returned {result}, not a Python int")
-    value = result.as_constant()
-    if not isinstance(value, int):
-        raise_in_user_code(TypeError, f"'{type(value).__name__}' object cannot be interpreted as an integer")
-    if value < 0:
-        raise_in_user_code(ValueError, "__len__() should return >= 0")
-    return int(value)
-
-
 class ObjectVariable(Variable):
     """Common attribute lookup for objects whose real Python object is known."""
 
@@ -209,6 +183,8 @@ class ObjectVariable(Variable):
 
     def truthy(self, tx):
         cls = type(self.obj)
+        from .object_protocols import python_truth
+
         found = python_truth(tx, self, cls)
         if found is not None:
             return found
@@ -217,9 +193,11 @@ class ObjectVariable(Variable):
         return True
 
     def length(self, tx):
+        from .object_protocols import length_result
+
         found = call_python_dunder(tx, self, "__len__", [])
         if found is not None:
-            return _length_result(found)
+            return length_result(found)
         return super().length(tx)
 
     def call(self, tx, args, kwargs):
@@ -557,6 +535,8 @@ class NewObjectVariable(Variable):
         return self.cls
 
     def truthy(self, tx):
+        from .object_protocols import python_truth
+
         found = python_truth(tx, self, self.cls)
         if found is not None:
             return found
@@ -575,7 +555,9 @@ class NewObjectVariable(Variable):
     def length(self, tx):
         method = static_lookup(self.cls, "__len__")
         if isinstance(method, types.FunctionType):
-            return _length_result(bind_class_attribute(tx, self, self.cls, "__len__", method).call(tx, [], {}))
+            from .object_protocols import length_result
+
+            return length_result(bind_class_attribute(tx, self, self.cls, "__len__", method).call(tx, [], {}))
         if self.storage is not None:
             return len(self.storage.items)
         unsupported(f"len() of {self}")
@@ -660,6 +642,8 @@ class ClassVariable(Variable):
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantVariable(getattr(self.cls, name))
         if name == "__subclasses__" and static_lookup(type(self.cls), name) is type.__dict__[name]:
+            from .class_attributes import SubclassesMethodVariable
+
             return SubclassesMethodVariable(self)
         static = static_lookup(self.cls, name)
         if static is _MISSING:
@@ -687,30 +671,6 @@ class ClassVariable(Variable):
         return f"ClassVariable({self.cls.__qualname__})"
 
 
-class SubclassesMethodVariable(Variable):
-    """``cls.__subclasses__`` (``type``'s method): the direct subclasses as they are now,
-    guarded (defining another subclass recompiles)."""
-
-    def __init__(self, class_var: ClassVariable):
-        self.class_var = class_var
-
-    def truthy(self, tx):
-        return True
-
-    def call(self, tx, args, kwargs):
-        from .containers import ListVariable
-
-        if args or kwargs:
-            raise_in_user_code(TypeError, "__subclasses__() takes no arguments")
-        cls = self.class_var.cls
-        found = cls.__subclasses__()
-        source = self.class_var.source or ConstSource(cls, cls.__qualname__)
-        refs = "[" + ", ".join(tx.consts.ref(c, c.__name__) for c in found) + "]"
-        tx.guards.add(source, f"{{v}}.__subclasses__() == {refs}",
-                      f"{source.name()}.__subclasses__() == {[c.__qualname__ for c in found]}")
-        return ListVariable([ClassVariable(c, ConstSource(c, c.__qualname__)) for c in found])
-
-
 class SuperVariable(Variable):
     def __init__(self, cls: type, self_var: Variable):
         self.cls = cls
@@ -718,7 +678,9 @@ class SuperVariable(Variable):
 
     def getattr(self, tx, name):
         if isinstance(self.self_var, ClassVariable):
-            return self._class_getattr(tx, name)
+            from .class_attributes import super_class_attribute
+
+            return super_class_attribute(tx, self, name)
         obj_type = self.self_var.python_type()
         mro = obj_type.__mro__
         start = mro.index(self.cls) + 1 if self.cls in mro else 0
@@ -745,26 +707,6 @@ class SuperVariable(Variable):
                         and name != "forward":
                     unsupported(f"super().{name}() of nn.Module in compiled code")
                 return bind_class_attribute(tx, self.self_var, obj_type, name, value)
-        raise AttributeMissing(name)
-
-    def _class_getattr(self, tx, name):
-        """``super().name`` in a classmethod: the next class of ``cls``'s MRO; its classmethods
-        bind to ``cls``, plain functions stay unbound."""
-        from .functions import UserFunctionVariable, UserMethodVariable
-
-        mro = self.self_var.cls.__mro__
-        start = mro.index(self.cls) + 1 if self.cls in mro else 0
-        for klass in mro[start:]:
-            if name not in klass.__dict__:
-                continue
-            value = klass.__dict__[name]
-            if isinstance(value, classmethod):
-                return UserMethodVariable(UserFunctionVariable(value.__func__), self.self_var)
-            if isinstance(value, staticmethod):
-                return tx.wrap(value.__func__, None)
-            if isinstance(value, types.FunctionType):
-                return UserFunctionVariable(value)
-            return ClassVariable(klass, self.self_var.source).getattr(tx, name)
         raise AttributeMissing(name)
 
 
