@@ -74,7 +74,7 @@ def calling_function(target) -> types.FunctionType:
         return target(*args, **kwargs)
 
     if isinstance(target, (type, types.BuiltinFunctionType)):
-        name, where = target.__qualname__, f"{target.__module__}.{target.__qualname__}"
+        name, where = target.__qualname__, f"{getattr(target, '__module__', None)}.{target.__qualname__}"
     else:
         name, where = type(target).__qualname__, f"{type(target).__qualname__} object at {id(target):#x}"
     code = call.__code__

@@ -212,7 +212,7 @@ def assemble(items: list, *, like: types.CodeType, name: str, qualname: str, arg
     return code.replace(co_qualname=qualname)
 
 
-def instruction_offsets(items: list, code: types.CodeType) -> dict[int, int]:
+def instruction_offsets(items: list, code: types.CodeType) -> dict[int, int] | None:
     """id(Instr) -> its offset in ``code``, which ``assemble(items, ...)`` made (None if the
     package emitted a different instruction count than ``items`` holds)."""
     kept = [item for item in drop_unreachable(items) if isinstance(item, Instr)]

@@ -155,7 +155,9 @@ def _wrap_callable_or_object(tx, value, source):
         fn = tx.wrap(value.func, AttrSource(source, "func"))
         args = tx.wrap(value.args, AttrSource(source, "args"))
         keywords = tx.wrap(value.keywords, AttrSource(source, "keywords"))
-        return PartialVariable(fn, args.items, dict(keywords.items))
+        partial = PartialVariable(fn, args.items, dict(keywords.items))
+        partial.source = source  # handed to CPython (at a break) as the object itself
+        return partial
     if _has_rule(value):
         return BuiltinVariable(value, source)
     if isinstance(value, torch._library.custom_ops.CustomOpDef):
