@@ -9,6 +9,7 @@ class is a subclass of the left's that overrides the reflected method.
 from __future__ import annotations
 
 import operator
+import types
 
 from ..variables.base import Variable, raise_in_user_code
 from ..variables.objects import (
@@ -29,6 +30,7 @@ BINARY_DUNDERS.update({
     operator.gt: ("__gt__", "__lt__", ">"), operator.ge: ("__ge__", "__le__", ">="),
     operator.eq: ("__eq__", "__eq__", "=="), operator.ne: ("__ne__", "__ne__", "!="),
 })
+_NUMBERS = (int, float, complex, bool, type(None))
 _COMPARISONS = {operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne}
 INPLACE_DUNDERS = {
     operator.iadd: "__iadd__", operator.isub: "__isub__", operator.imul: "__imul__",
@@ -78,18 +80,24 @@ def user_binary_op(tx, fn, a: Variable, b: Variable) -> Variable | None:
         elif a_cls is not b_cls and issubclass(b_cls, a_cls) and \
                 static_lookup(b_cls, reflected) is not static_lookup(a_cls, reflected):
             attempts.reverse()
+    exhausted = 0  # operands known not to do it: no such method, or NotImplemented
     for var, name, other in attempts:
-        result = _call(tx, var, name, [other])
-        if result is not None:
-            return result
-    if fn in (operator.eq, operator.ne):
-        return None
-    if all((is_user_object(v) and static_lookup(_class_of(v), n) in (_MISSING, None)) or
-           (not is_user_object(v) and v.is_constant()) for v, n, _ in attempts):
-        # Neither operand can do it (a C method, or a tensor's, is left to the caller's rules).
-        raise_in_user_code(TypeError, f"unsupported operand type(s) for {symbol}: "
-                                      f"'{_type_name(a)}' and '{_type_name(b)}'")
-    return None
+        if is_user_object(var):
+            method = static_lookup(_class_of(var), name)
+            if method is _MISSING or method is None:
+                exhausted += 1
+                continue
+            if not isinstance(method, types.FunctionType):
+                continue  # a C method (a builtin base class): left to the caller's rules
+            result = call_python_dunder(tx, var, name, [other])
+            if not (result.is_constant() and result.as_constant() is NotImplemented):
+                return result
+            exhausted += 1
+        elif var.is_constant() and type(var.as_constant()) in _NUMBERS:
+            exhausted += 1  # numbers' methods return NotImplemented for user objects
+    if fn in (operator.eq, operator.ne) or exhausted < len(attempts):
+        return None  # identity equality, or the caller's rules (a tensor, a sequence, ...)
+    raise_in_user_code(TypeError, f"unsupported operand type(s) for {symbol}: '{_type_name(a)}' and '{_type_name(b)}'")
 
 
 def user_inplace_op(tx, fn, a: Variable, b: Variable) -> Variable | None:
