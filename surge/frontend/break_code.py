@@ -17,7 +17,6 @@ to the break instruction, the hand-off happens there again.
 """
 from __future__ import annotations
 
-import itertools
 import types
 from dataclasses import dataclass
 
@@ -28,8 +27,8 @@ from .codegen_bytecode.analysis import call_start, code_facts, live_locals, pops
 from .codegen_bytecode.assembler import (PY312, Body, BytecodeError, assemble, call, dump, forward_jump_name,
                                          load_attr, load_local_checked, make_function)
 from .codegen_bytecode.layout import FrameLayout, Slot
-from .resume import (ResumeCode, check_layout, mark_fresh_locals, reentry_prologue, resume_code, user_location,
-                     user_name)
+from .resume import (ResumeCode, check_layout, mark_fresh_locals, original_position, reentry_prologue, resume_code,
+                     user_location)
 
 # Instructions that may end a break region: everything whose successors are
 # the next instruction and/or one jump target. Loops' FOR_ITER and the
@@ -72,9 +71,6 @@ class BreakCode:
         return make_function(self.code, globals_, cells or {})
 
 
-_names = itertools.count()
-
-
 def break_code(code: types.CodeType, offset: int, layout: FrameLayout, *, count: int = 1,
                call_resume=None) -> BreakCode:
     """Break code running ``count`` instructions of ``code`` from ``offset`` in CPython.
@@ -84,6 +80,7 @@ def break_code(code: types.CodeType, offset: int, layout: FrameLayout, *, count:
     its resume function directly, or ``call_resume(resume_fn, *args)`` when
     given (so the caller can compile resume functions when they are called).
     """
+    code, offset = original_position(code, offset)
     facts = code_facts(code)
     while facts.instructions[facts.index_of[offset]].opname in ("PRECALL", "KW_NAMES"):
         offset = facts.instructions[facts.index_of[offset] + 1].offset  # the CALL they prepare
@@ -118,10 +115,9 @@ def break_code(code: types.CodeType, offset: int, layout: FrameLayout, *, count:
         _redirect(body, facts, region, exit_offset, label)
         stubs += [label] + hand_off(resume, lineno, call_resume)
 
-    line = lineno if lineno is not None else code.co_firstlineno
-    name = f"__surge_break_{user_name(code)}_at_{line}_{next(_names)}"
-    qualname = code.co_qualname.rpartition(code.co_name)[0] + name
-    new = assemble(prologue + body.items + stubs, like=code, name=name, qualname=qualname,
+    # Named as the user's function: tracebacks from the instructions CPython runs here
+    # read as the user's frame.
+    new = assemble(prologue + body.items + stubs, like=code, name=code.co_name, qualname=code.co_qualname,
                    argnames=layout.param_names(), freevars=code.co_cellvars + code.co_freevars)
     if logs.enabled("bytecode"):
         logs.log("bytecode", f"break code for {code.co_qualname} at {where}, layout {layout}\n{dump(new)}")

@@ -39,7 +39,9 @@ from .sources import ClosureSource, RootFunctionSource
 from .variables.base import NULL
 from .variables.containers import DictVariable, IteratorVariable, ListVariable, SetVariable
 from .variables.autocast import AutocastContextVariable, autocast_expression
-from .variables.contexts import BoundContextMethod, GeneratorContextVariable, GradModeContextVariable
+from .variables.contexts import (
+    BoundContextMethod, GeneratorContextVariable, GradModeContextVariable, ProfilerContextVariable,
+)
 from .variables.functions import (
     CellVariable, GeneratorVariable, NestedFunctionVariable, OpaqueCallableVariable, OpaqueMethodVariable,
     TensorMethodVariable, UserFunctionVariable, UserMethodVariable,
@@ -91,7 +93,7 @@ class BreakState:
 
     def tensor_outputs(self, outputs: list, seen: set) -> None:
         for value in self.values:
-            _collect(value, outputs, seen)
+            collect_state_outputs(value, outputs, seen)
 
 
 def _callee_depth(instruction) -> int | None:
@@ -111,31 +113,33 @@ class CalleeStandIn:
         self.callees = callees
 
 
-def _collect(value, outputs, seen) -> None:
+def collect_state_outputs(value, outputs, seen) -> None:
+    """The graph-computed tensors a value needs, also inside closures, cells, iterators and
+    paused generators (what a break hands over, or a function returns)."""
     if ("visited", id(value)) in seen:  # cells and closures may refer to each other
         return
     if isinstance(value, CalleeStandIn):
-        _collect(value.callee, outputs, seen)
+        collect_state_outputs(value.callee, outputs, seen)
     elif isinstance(value, CellVariable):
         seen.add(("visited", id(value)))
-        _collect(value.contents(), outputs, seen)
+        collect_state_outputs(value.contents(), outputs, seen)
     elif isinstance(value, GeneratorVariable):
         seen.add(("visited", id(value)))
         for item in list(value.frame.locals.values()) + list(value.frame.cells.values()):
-            _collect(item, outputs, seen)
+            collect_state_outputs(item, outputs, seen)
     elif isinstance(value, IteratorVariable):
         for item in value.items[value.position:]:
-            _collect(item, outputs, seen)
+            collect_state_outputs(item, outputs, seen)
     elif isinstance(value, TensorMethodVariable):
-        _collect(value.tensor, outputs, seen)
+        collect_state_outputs(value.tensor, outputs, seen)
     elif isinstance(value, (OpaqueMethodVariable, UserMethodVariable)):
-        _collect(value.self_var, outputs, seen)
+        collect_state_outputs(value.self_var, outputs, seen)
     elif isinstance(value, NestedFunctionVariable):
         seen.add(("visited", id(value)))
         for item in [*value.defaults, *value.kwdefaults.values(), *value.cells]:
-            _collect(item, outputs, seen)
+            collect_state_outputs(item, outputs, seen)
     elif value is not None and not isinstance(value, LazyInput):
-        collect_tensor_outputs(value, outputs, seen)
+        collect_tensor_outputs(value, outputs, seen, each=collect_state_outputs)
 
 
 def grad_mode_outside_blocks(frame, current: bool) -> bool:
@@ -198,7 +202,11 @@ class BreakStateCodegen(ReturnCodegen):
             # made again over the same cells.
             defaults = "(" + "".join(self.expr(d) + ", " for d in value.defaults) + ")"
             kwdefaults = "{" + ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.kwdefaults.items()) + "}"
-            return self._function(value.code, value.f_globals, value.qualname, defaults, kwdefaults, value.cells)
+            function = self._function(value.code, value.f_globals, value.qualname, defaults, kwdefaults, value.cells)
+            if not value.attrs:
+                return function
+            metadata = "{" + ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.attrs.items()) + "}"
+            return f"{self.codegen.consts.ref(with_metadata, 'with_metadata')}({function}, {metadata})"
         if isinstance(value, ExceptionVariable):  # raised or caught in the trace, re-raised by CPython
             cls = self.codegen.consts.ref(value.exc_type, value.exc_type.__name__)
             made = f"{cls}(" + "".join(self.expr(a) + ", " for a in value.args) + ")"
@@ -216,6 +224,9 @@ class BreakStateCodegen(ReturnCodegen):
         if isinstance(value, GradModeContextVariable):
             cls = torch.enable_grad if value.target_mode else torch.no_grad
             return f"{self.codegen.consts.ref(cls, cls.__name__)}()"
+        if isinstance(value, ProfilerContextVariable):
+            arguments = [self.expr(a) for a in value.args] + [f"{k}={self.expr(v)}" for k, v in value.kwargs.items()]
+            return f"{self.codegen.consts.ref(value.cls, value.cls.__name__)}({', '.join(arguments)})"
         if isinstance(value, AutocastContextVariable):
             return autocast_expression(self.codegen.consts, value)
         return super().expr(value)
@@ -275,6 +286,13 @@ def make_closure(code, f_globals, qualname, defaults, kwdefaults, cells):
     fn.__qualname__ = qualname
     if kwdefaults:
         fn.__kwdefaults__ = kwdefaults
+    return fn
+
+
+def with_metadata(fn, metadata: dict):
+    """``fn`` with the ``__name__`` / ``__doc__`` / ... the trace set on it."""
+    for name, value in metadata.items():
+        setattr(fn, name, value)
     return fn
 
 

@@ -15,7 +15,6 @@ from .. import fallbacks, logs
 from ..counters import counters
 from . import disk_cache
 from .cache_entry import CacheEntry
-from .code_kinds import is_resume_code
 from .codegen import MISS
 
 
@@ -57,12 +56,8 @@ class CodeCache:
             return self._compile_and_run(fn, args, kwargs, options, backend, records)
 
     def _site(self, fn, options) -> fallbacks.UserSite:
-        name = fn.__qualname__
-        if is_resume_code(self.code):
-            from .resume import user_name  # imported already: resume.py made this code
-
-            name = user_name(self.code)
-        return fallbacks.UserSite(self.code, name, options.warn_fallbacks)
+        # Resume functions carry the user's function's name (resume.py).
+        return fallbacks.UserSite(self.code, fn.__qualname__, options.warn_fallbacks)
 
     def _compile_and_run(self, fn, args, kwargs, options, backend, records):
         use_disk = self.use_disk and options.frontend_cache

@@ -24,15 +24,17 @@ from ..tools.phases import phase_timer
 from . import disk_cache
 from .backend_call import call_backend
 from .binding import bind_root
-from .breaks import BreakRunner, BreakState, BreakStateCodegen, ResumeCaller, grad_mode_outside_blocks
+from .breaks import (
+    BreakRunner, BreakState, BreakStateCodegen, ResumeCaller, collect_state_outputs, grad_mode_outside_blocks,
+)
 from .cache_entry import BreakReason, CacheEntry
-from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
+from .code_kinds import DECORATE_CONTEXT_CODE
 from .codegen import EntryCodegen, generate_diagnosis, generate_entry
 from .global_state import functorch_transform_active, preserved_global_state
 from .interpreter import Frame
 from .interpreter.frame import StopForBreak
 from .reconstruct import ReturnCodegen, collect_tensor_outputs
-from .resume import fresh_parameters, user_name
+from .resume import fresh_parameters
 from .sources import ClosureSource, ConstTable, RootFunctionSource
 from .tracer import Tracer
 from .variables.autocast import (
@@ -153,8 +155,7 @@ def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None 
             _refuse_unmodeled_modes(tracer)
             enter_ambient_autocast(tracer)
             frame = Frame(tracer, fn.__code__, fn.__globals__, bind_root(tracer, fn, args, kwargs),
-                          _root_cells(tracer, fn), name=user_name(fn.__code__) if is_resume_code(fn.__code__)
-                          else fn.__qualname__)
+                          _root_cells(tracer, fn), name=fn.__qualname__)
             if stop is not None:
                 frame.stop_count = stop.count
             if fn.__code__ is DECORATE_CONTEXT_CODE:
@@ -273,20 +274,22 @@ def _finish_at_break(tracer: Tracer, fn, frame: Frame, stop: BreakPoint, backend
 def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
     outputs: list = []
     seen: set = set()
-    collect_tensor_outputs(result, outputs, seen)
+    # A return value may hold what only a paused frame holds too (a closure made in
+    # the frame, an iterator): it is rebuilt as at a graph break.
+    collect_state_outputs(result, outputs, seen)
     for value in tracer.side_effects.values():
         collect_tensor_outputs(value, outputs, seen)
     output_index = {o.node: i for i, o in enumerate(outputs)}
     # Fail (and fall back) on an unreturnable value before the backend sees the graph.
-    ReturnCodegen(EntryCodegen(ConstTable()), output_index).expr(result)
-    # Every capture of a user function hands a graph to the backend, even one without
-    # ops (a function that only rearranges its inputs): counts stay predictable. A
-    # resume function without ops makes none, as a break's prefix without ops.
-    gm, compiled = _compile_graph(tracer, fn, outputs, backend, skip_empty=is_resume_code(fn.__code__))
+    BreakStateCodegen(EntryCodegen(ConstTable()), output_index).expr(result)
+    # A frame without tensor work (one that only rearranges its inputs, or does Python
+    # arithmetic) hands no graph to the backend, as torch.compile does not: the entry
+    # checks its guards and rebuilds the result.
+    gm, compiled = _compile_graph(tracer, fn, outputs, backend, skip_empty=True)
     input_sources = [source for source, _ in tracer.graph.inputs]
     source, run = generate_entry(
         tracer.guards, tracer.consts, input_sources=input_sources,
-        return_expr=lambda cg: ReturnCodegen(cg, output_index).expr(result),
+        return_expr=lambda cg: BreakStateCodegen(cg, output_index).expr(result),
         effects=lambda cg: tracer.side_effects.statements(cg, ReturnCodegen(cg, output_index).expr),
         compiled=compiled, counters=counters,
     )

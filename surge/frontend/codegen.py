@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import itertools
 
+import torch
+
 from .guards import GuardSet, describe_actual
 from .sources import WEAK_SUFFIX, ConstSource, ConstTable, Source
 
@@ -82,6 +84,49 @@ def exec_entry(name: str, source: str, namespace: dict):
     return namespace[name]
 
 
+def module_check(module: torch.nn.Module, cls_name: str) -> str:
+    """What the trace took for granted of a module it held by identity (``{v}``: the
+    call's module): its class, whether the instance overrides ``forward`` and whether it
+    has backward hooks. Everything else it read is guarded where it was read."""
+    has_forward = "forward" in module.__dict__
+    has_backward_hooks = bool(module._backward_hooks or module._backward_pre_hooks)
+    return (f"type({{v}}) is {cls_name} and ('forward' in {{v}}.__dict__) is {has_forward} "
+            f"and bool({{v}}._backward_hooks or {{v}}._backward_pre_hooks) is {has_backward_hooks}")
+
+
+def module_bindings(guards: GuardSet, consts: ConstTable) -> dict:
+    """``entry_source``'s ``bound`` for the nn.Modules the trace held by identity.
+
+    An entry binds each such module to the one the call passes (or a global holds)
+    and checks it is alike, instead of comparing identities: instances of one class
+    and structure (a deep copy, the layers of a stack) share entries, and their
+    parameters are graph inputs read from the call's module.
+    """
+    targets = {identity_target(g) for g in guards.guards} - {None}
+    return {name: module_check(value, consts.ref(type(value), type(value).__name__))
+            for name, value in list(consts.values.items())
+            if name in targets and isinstance(value, torch.nn.Module)}
+
+
+def _guard_checks(codegen: EntryCodegen, guards: GuardSet, bound: dict):
+    """(condition, comment) per check, in guard order; the lines a condition needs are
+    added to ``codegen.lines`` before it is yielded. A ``bound`` constant is read from
+    the call at its first identity guard (``K = v3``) and checked to be alike."""
+    assigned: list = []
+    for guard in guards.guards:
+        target = identity_target(guard)
+        if target in bound and target not in assigned:
+            assigned.append(target)
+            codegen.lines.append(f"{target} = {codegen.value_of(guard.source)}")
+            yield guard, bound[target].replace("{v}", target), f"{guard.text} (or alike)"
+            continue
+        yield guard, codegen.condition(guard), guard.text
+    if len(assigned) > 1:
+        # The trace took them for distinct objects (a write through one not seen through another).
+        yield (None, f"len({{{', '.join(f'id({t})' for t in assigned)}}}) == {len(assigned)}",
+               "the bound modules are distinct objects")
+
+
 def entry_source(guards: GuardSet, consts: ConstTable, *, input_sources: list, return_expr, effects=None,
                  has_graph=True, run_eagerly=False, hand_off=None, bound: dict | None = None):
     """(function name, source) of an entry; see ``generate_entry``.
@@ -89,19 +134,13 @@ def entry_source(guards: GuardSet, consts: ConstTable, *, input_sources: list, r
     ``bound`` maps constants to checks (``{v}``: the value): the first identity guard
     of such a constant reads it from the call instead (``K = v3``) and checks it is
     like the captured object. The entry then serves any object at that source that
-    passes its guards, as a new process needs (disk_cache.py)."""
+    passes its guards (a new process needs it, disk_cache.py; modules of one class
+    share entries). By default the modules held by identity are bound."""
     codegen = EntryCodegen(consts)
-    assigned: set = set()
-    for guard in guards.guards:
-        target = identity_target(guard)
-        if bound and target in bound and target not in assigned:
-            assigned.add(target)
-            codegen.lines.append(f"{target} = {codegen.value_of(guard.source)}")
-            codegen.lines.append(f"if not ({bound[target].replace('{v}', target)}):  # {guard.text} (or alike)")
-            codegen.lines.append("    return MISS")
-            continue
-        cond = codegen.condition(guard)
-        codegen.lines.append(f"if not ({cond}):  # {guard.text}")
+    if bound is None:
+        bound = module_bindings(guards, consts)
+    for _guard, cond, text in _guard_checks(codegen, guards, bound):
+        codegen.lines.append(f"if not ({cond}):  # {text}")
         codegen.lines.append("    return MISS")
     inputs = [codegen.value_of(s) for s in input_sources]
     guard_lines = list(codegen.lines)
@@ -158,12 +197,11 @@ def generate_diagnosis(guards: GuardSet, consts: ConstTable):
     ``L['n'] == 8 failed: actual 9`` (run on a cache miss only)."""
     codegen = EntryCodegen(consts)
     lines = ["def diagnose(fn, args, kwargs):"]
-    for i, guard in enumerate(guards.guards):
-        before = len(codegen.lines)
-        cond = codegen.condition(guard)
-        new = codegen.lines[before:]
-        del codegen.lines[before:]
-        value = codegen.value_of(guard.source) if guard.source is not None else "ABSENT"
+    checks = list(_guard_checks(codegen, guards, module_bindings(guards, consts)))
+    for i, (guard, cond, text) in enumerate(checks):
+        new = list(codegen.lines)
+        codegen.lines.clear()
+        value = codegen.value_of(guard.source) if guard is not None and guard.source is not None else "ABSENT"
         lines.append("    try:")
         lines += _indent(new, 2)
         lines.append(f"        ok = {cond}")
@@ -179,13 +217,15 @@ def generate_diagnosis(guards: GuardSet, consts: ConstTable):
     # Read after the guards named every constant.
     lines[1:1] = _indent([f"{name} = {name}{WEAK_SUFFIX}()" for name in consts.weak], 1)
     namespace = dict(consts.values)
-    namespace.update(failed=functools.partial(_failure_text, guards.guards), ABSENT=_ABSENT)
+    namespace.update(failed=functools.partial(_failure_text, checks), ABSENT=_ABSENT)
     exec(compile("\n".join(lines) + "\n", "<surge_guard_diagnosis>", "exec"), namespace)
     return namespace["diagnose"]
 
 
-def _failure_text(guards: list, index: int, actual) -> str:
-    guard = guards[index]
+def _failure_text(checks: list, index: int, actual) -> str:
+    guard, _cond, text = checks[index]
+    if guard is None:  # a check of no single guard (bound modules distinct): its text says what failed
+        return f"{text} failed"
     if actual is _ABSENT and guard.source is not None:
         return f"{guard.text} failed: {guard.source.name()} could not be read"
     if guard.actual is None and (actual is _ABSENT or guard.other is not None):

@@ -62,6 +62,8 @@ class CompiledCallees:
             return types.MethodType(self._function(obj.__func__), obj.__self__) if _compiles(obj.__func__) else obj
         if isinstance(obj, torch.nn.Module):
             return self._module_call(obj)
+        if type(obj) is functools.partial:
+            return functools.partial(self.stand_in(obj.func), *obj.args, **obj.keywords)
         return obj
 
     def _function(self, fn: types.FunctionType):

@@ -45,7 +45,7 @@ from .. import cache_store, fallbacks, logs
 from ..errors import BackendCompilerFailed
 from ..options import Options, default_cache_dir
 from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
-from .codegen import entry_source, exec_entry, identity_target
+from .codegen import entry_source, exec_entry, identity_target, module_check
 
 FORMAT = 2
 # Records kept per code object (the newest win): as many as it may recompile.
@@ -218,13 +218,6 @@ def _build(recipe: tuple):
     raise Unpersistable(f"unknown recipe {kind}")
 
 
-def _module_check(module: torch.nn.Module, cls_name: str) -> str:
-    """What the trace took for granted of a module it held by identity."""
-    has_forward = "forward" in module.__dict__
-    return (f"type({{v}}) is {cls_name} and ('forward' in {{v}}.__dict__) is {has_forward} "
-            f"and not ({{v}}._backward_hooks or {{v}}._backward_pre_hooks)")
-
-
 def _identity_guarded(guards) -> set:
     return {identity_target(g) for g in guards.guards} - {None}
 
@@ -359,7 +352,7 @@ def make_record(tracer, gm, *, input_sources: list, return_expr, effects) -> Rec
         identity_guarded = _identity_guarded(tracer.guards)
         for name, value in list(tracer.consts.objects()):
             if isinstance(value, torch.nn.Module) and name in identity_guarded:
-                bound[name] = _module_check(value, tracer.consts.ref(type(value), type(value).__name__))
+                bound[name] = module_check(value, tracer.consts.ref(type(value), type(value).__name__))
                 continue
             consts[name] = _recipe(value)
         for name, value in tracer.consts.objects():  # the classes the checks above added

@@ -23,17 +23,30 @@ from ..backends import lookup_backend
 from ..options import Options
 from .cache import cache_for
 from .codegen import MISS
+from .wrappers import compiled_original
 
 
 def compile_callable(fn_or_module, options: Options, cache_factory=cache_for, records=None):
+    """What ``surge.compile`` returns for any callable torch.compile accepts: a module,
+    a function or method, an object with a Python ``__call__``, a ``functools.partial``,
+    or a builtin, class or other callable (called from a generated Python function)."""
     if isinstance(fn_or_module, torch.nn.Module):
         return CompiledModule(fn_or_module, options, cache_factory, records)
-    fn, bound_self = _python_function(fn_or_module)
+    if isinstance(fn_or_module, functools.partial):
+        # The bound arguments are passed on each call: captured, and guarded, as inputs.
+        inner = compile_callable(fn_or_module.func, options, cache_factory, records)
+        return functools.partial(inner, *fn_or_module.args, **fn_or_module.keywords)
+    found = _python_function(fn_or_module)
+    if found is None:
+        if not callable(fn_or_module):
+            raise TypeError(f"surge.compile: expected a callable, got {type(fn_or_module).__qualname__}")
+        found = calling_function(fn_or_module), None
+    fn, bound_self = found
     call = CompiledFunction(fn, options, cache_factory, records)
     if bound_self is None:
         return call
 
-    @functools.wraps(fn_or_module)
+    @functools.wraps(fn_or_module if isinstance(fn_or_module, types.MethodType) else fn)
     def bound_call(*args, **kwargs):
         return call(bound_self, *args, **kwargs)
     bound_call._surge_original = fn_or_module
@@ -41,20 +54,40 @@ def compile_callable(fn_or_module, options: Options, cache_factory=cache_for, re
 
 
 def _python_function(obj):
-    """The Python function to capture, and the object it is bound to (if a method)."""
-    original = getattr(obj, "_surge_original", None)
+    """(the Python function to capture, the object it is bound to or None), or None
+    when ``obj`` runs no Python function of its own (a builtin, a class)."""
+    original = compiled_original(obj)
     if original is not None:
         obj = original
     if isinstance(obj, types.FunctionType):
         return obj, None
     if isinstance(obj, types.MethodType) and isinstance(obj.__func__, types.FunctionType):
         return obj.__func__, obj.__self__
+    if isinstance(obj, type):
+        return None  # calling a class runs type.__call__, whatever the class defines
     call = getattr(type(obj), "__call__", None)
     if isinstance(call, types.FunctionType):
         return call, obj
-    raise TypeError(
-        f"surge.compile: expected a Python function, method or nn.Module, got {type(obj).__qualname__}"
-    )
+    return None
+
+
+def calling_function(target) -> types.FunctionType:
+    """A Python function calling ``target``, so that capture starts in Python code.
+
+    Named after the target; its code object carries the target's name as a constant,
+    so wrappers of different targets keep different caches (a call is served only by
+    entries whose guard on the closure's target holds, in any case)."""
+    def call(*args, **kwargs):
+        return target(*args, **kwargs)
+
+    if isinstance(target, (type, types.BuiltinFunctionType)):
+        name, where = target.__qualname__, f"{getattr(target, '__module__', None)}.{target.__qualname__}"
+    else:
+        name, where = type(target).__qualname__, f"{type(target).__qualname__} object at {id(target):#x}"
+    code = call.__code__
+    code = code.replace(co_name=name.rpartition(".")[2], co_qualname=name,
+                        co_consts=code.co_consts + (f"surge.compile calling {where}",))
+    return types.FunctionType(code, call.__globals__, code.co_name, None, call.__closure__)
 
 
 class CompiledFunction:
@@ -139,7 +172,11 @@ class CompiledModule(torch.nn.Module):
         for table in ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"):
             object.__setattr__(self, table, module.__dict__[table])
         if "forward" in module.__dict__:
-            fn, bound_self = _python_function(module.__dict__["forward"])
+            found = _python_function(module.__dict__["forward"])
+            if found is None:
+                raise TypeError(f"surge.compile: the forward set on this {type(module).__qualname__} "
+                                "is not a Python function or method")
+            fn, bound_self = found
         else:
             fn, bound_self = type(module).forward, module
         call = CompiledFunction(fn, options, cache_factory, records)

@@ -15,6 +15,7 @@ import torch
 
 from .global_state import functorch_transform_active
 from .sources import ConstTable, Source
+from .variables.constant import is_numpy_scalar
 
 # Python values a guard compares by value; every other object is compared by
 # identity or by type.
@@ -82,6 +83,11 @@ class GuardSet:
         elif type(value) in VALUE_TYPES:
             self.add(source, f"type({{v}}) is {type(value).__name__} and {{v}} == {value!r}",
                      f"{source.name()} == {value!r}")
+        elif is_numpy_scalar(value):
+            cls = self.consts.ref(type(value), type(value).__name__)
+            number = value.item()
+            equal = "{v} != {v}" if number != number else f"{{v}} == {number!r}"
+            self.add(source, f"type({{v}}) is {cls} and {equal}", f"{source.name()} == {type(value).__name__}({number!r})")
         elif isinstance(value, (range, slice, frozenset)):
             ref = self.consts.ref(value, type(value).__name__)
             cls = self.consts.ref(type(value), type(value).__name__)

@@ -39,23 +39,28 @@ def new_object(cls, attrs: dict, items: dict | None = None, shared: tuple = ()):
     return obj
 
 
-def collect_tensor_outputs(value: Variable, outputs: list, seen: set) -> None:
-    """The graph-computed tensors a return value needs, in first-use order."""
+def collect_tensor_outputs(value: Variable, outputs: list, seen: set, each=None) -> None:
+    """The graph-computed tensors a return value needs, in first-use order. ``each`` is
+    called on the items of containers (default: this function)."""
+    each = each or collect_tensor_outputs
     if isinstance(value, TensorVariable):
         if value.node.op != "placeholder" and value.node not in seen:
             seen.add(value.node)
             outputs.append(value)
     elif isinstance(value, (TupleVariable, ListVariable)):
         for item in value.items:
-            collect_tensor_outputs(item, outputs, seen)
+            each(item, outputs, seen)
     elif isinstance(value, (DictVariable, SetVariable)):
         for item in value.items.values():
-            collect_tensor_outputs(item, outputs, seen)
+            each(item, outputs, seen)
+    elif isinstance(value, SliceVariable):
+        for item in (value.start, value.stop, value.step):
+            each(item, outputs, seen)
     elif isinstance(value, NewObjectVariable):
         for item in value.attrs.values():
-            collect_tensor_outputs(item, outputs, seen)
+            each(item, outputs, seen)
         if value.storage is not None:
-            collect_tensor_outputs(value.storage, outputs, seen)
+            each(value.storage, outputs, seen)
 
 
 class ReturnCodegen:

@@ -10,13 +10,12 @@ handlers and ``with`` exits run exactly as in the user's frame. The original
 cell variables become free variables: the caller passes the frame's cell
 objects, so closures made before the break keep sharing them.
 
-Resume code objects are cached per (code, offset, layout); a function object
+Resume code objects are cached per (user code, offset, layout); a function object
 is made per call with ``ResumeCode.make_function`` (cheap: it only binds the
 closure and globals).
 """
 from __future__ import annotations
 
-import itertools
 import types
 import weakref
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from .. import logs
 from .code_kinds import RESUME_CODES
 from .codegen_bytecode.analysis import call_start, code_facts, stack_depths
 from .codegen_bytecode.layout import FrameLayout, Slot
-from .codegen_bytecode.assembler import Body, BytecodeError, assemble, dump, make_function
+from .codegen_bytecode.assembler import Body, BytecodeError, assemble, dump, instruction_offsets, make_function
 
 
 @dataclass(frozen=True)
@@ -126,9 +125,9 @@ def _with_handler(body: Body, offset: int, depth: int) -> TryBegin:
     return handler
 
 
-_names = itertools.count()
 _RESUME_CACHE: dict[tuple, ResumeCode] = {}
-_USER_NAMES: "weakref.WeakKeyDictionary[types.CodeType, str]" = weakref.WeakKeyDictionary()
+# Resume code -> (the user's code it continues, {its offset: the user's code's offset}).
+_ORIGINS: "weakref.WeakKeyDictionary[types.CodeType, tuple[types.CodeType, dict]]" = weakref.WeakKeyDictionary()
 # Parameters of a resume code that may hold an object made anew on every call (a value
 # the break code computed, an object the frame built): guarded by type, never identity.
 _FRESH_PARAMETERS: "weakref.WeakKeyDictionary[types.CodeType, set[str]]" = weakref.WeakKeyDictionary()
@@ -143,17 +142,30 @@ def mark_fresh_locals(resume: ResumeCode, names) -> None:
     _FRESH_PARAMETERS.setdefault(resume.code, set()).update(n for n in names if n in resume.layout.live_locals)
 
 
-def user_name(code: types.CodeType) -> str:
-    """The user's function name, also for generated code made from generated code."""
-    return _USER_NAMES.get(code, code.co_name)
+def original_position(code: types.CodeType, offset: int) -> tuple[types.CodeType, int]:
+    """The user's code and offset that ``offset`` of resume code ``code`` runs (else unchanged).
+
+    A break inside a resume function continues from the user's instruction, so the
+    paths that reach one instruction share one resume function (and its cache
+    entries) instead of making a chain of resume functions per path.
+    """
+    origin = _ORIGINS.get(code)
+    if origin is None:
+        return code, offset
+    original, offsets = origin
+    mapped = offsets.get(offset)
+    return (code, offset) if mapped is None else (original, mapped)
 
 
 def resume_code(code: types.CodeType, offset: int, layout: FrameLayout) -> ResumeCode:
     """The resume code object that continues ``code`` at ``offset`` (cached).
 
     ``layout`` is the state before that instruction; a CALL is entered at its
-    KW_NAMES / PRECALL, which do not change the stack.
+    KW_NAMES / PRECALL, which do not change the stack. The code object carries
+    the user's function name, file and line numbers, so tracebacks through it
+    read as the user's function.
     """
+    code, offset = original_position(code, offset)
     offset = call_start(code, offset)
     key = (code, offset, layout)
     found = _RESUME_CACHE.get(key)
@@ -166,10 +178,8 @@ def resume_code(code: types.CodeType, offset: int, layout: FrameLayout) -> Resum
     body.drop_preamble()
     body.cells_to_free()
     body.checked_local_loads()
-    line = lineno if lineno is not None else code.co_firstlineno
-    name = f"__surge_resume_{user_name(code)}_at_{line}_{next(_names)}"
-    qualname = code.co_qualname.rpartition(code.co_name)[0] + name
-    new = assemble(prologue + body.items, like=code, name=name, qualname=qualname,
+    items = prologue + body.items
+    new = assemble(items, like=code, name=code.co_name, qualname=code.co_qualname,
                    argnames=layout.param_names(), freevars=code.co_cellvars + code.co_freevars)
     if logs.enabled("bytecode"):
         logs.log("bytecode", f"resume function for {code.co_qualname} at offset {offset} "
@@ -177,7 +187,10 @@ def resume_code(code: types.CodeType, offset: int, layout: FrameLayout) -> Resum
     found = ResumeCode(new, code, offset, layout)
     _RESUME_CACHE[key] = found
     RESUME_CODES.add(new)
-    _USER_NAMES[new] = user_name(code)
     # Stack slots hold temporaries: the break instruction's result among them.
     _FRESH_PARAMETERS[new] = {n for n in layout.param_names() if n not in layout.live_locals}
+    new_offsets = instruction_offsets(items, new)
+    if new_offsets is not None:
+        _ORIGINS[new] = (code, {new_offsets[id(instr)]: old for old, instr in body.instr_at.items()
+                                if id(instr) in new_offsets})
     return found

@@ -8,7 +8,6 @@ import json
 import math
 import os
 import platform
-import sys
 
 import torch
 

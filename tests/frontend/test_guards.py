@@ -147,6 +147,9 @@ def test_module_training_flag_and_swapped_submodule():
     same(a, model(x))
     model[0] = nn.Linear(4, 4)
     model.eval()
+    same(compiled(x), model(x))  # a submodule alike the old one: its own weights, the eval entry
+    assert len(rec.graphs) == 2
+    model[0] = nn.Linear(4, 4, bias=False)
     same(compiled(x), model(x))
     assert len(rec.graphs) == 3
 

@@ -212,6 +212,16 @@ def assemble(items: list, *, like: types.CodeType, name: str, qualname: str, arg
     return code.replace(co_qualname=qualname)
 
 
+def instruction_offsets(items: list, code: types.CodeType) -> dict[int, int] | None:
+    """id(Instr) -> its offset in ``code``, which ``assemble(items, ...)`` made (None if the
+    package emitted a different instruction count than ``items`` holds)."""
+    kept = [item for item in drop_unreachable(items) if isinstance(item, Instr)]
+    offsets = [i.offset for i in dis.get_instructions(code) if i.opname not in ("CACHE", "EXTENDED_ARG")]
+    if len(kept) != len(offsets):
+        return None
+    return {id(instr): offset for instr, offset in zip(kept, offsets)}
+
+
 def make_function(code: types.CodeType, globals_: dict, cells: dict) -> types.FunctionType:
     """A function running ``code`` whose closure holds ``cells[name]`` for each free variable."""
     missing = [n for n in code.co_freevars if n not in cells]

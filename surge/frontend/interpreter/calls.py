@@ -1,6 +1,7 @@
 """Handlers for attribute loads, calls, function creation, `with` and imports."""
 from __future__ import annotations
 
+from ..sources import ConstSource
 from ..variables.base import NULL, AttributeMissing, unsupported
 from ..variables.containers import DictVariable
 from ..variables.functions import NestedFunctionVariable
@@ -128,7 +129,9 @@ def _import_name(frame, inst):
     fromlist = frame.pop().as_constant()
     level = frame.pop().as_constant()
     module = __import__(inst.argval, frame.f_globals, None, fromlist, level)
-    frame.push(frame.tracer.wrap(module, None))
+    # The module object is fixed (sys.modules); what the trace reads of it is read, and
+    # guarded, through it: a module-level tensor becomes a graph input.
+    frame.push(frame.tracer.wrap(module, ConstSource(module, module.__name__)))
 
 
 @opcode("IMPORT_FROM")

@@ -10,6 +10,7 @@ from ..variables.containers import (
     BaseSequenceVariable, DictVariable, ListVariable, SetVariable, TupleVariable, _key_of,
 )
 from ..variables.objects import call_python_dunder
+from .python_operators import user_binary_op, user_inplace_op, user_unary_op
 from ..variables.tensor import TensorVariable, record_op
 
 INPLACE_TO_BINARY = {
@@ -50,6 +51,9 @@ def unary_op(tx, fn, value: Variable) -> Variable:
         return ConstantVariable(not value.truthy(tx))
     if fn is operator.truth:
         return ConstantVariable(value.truthy(tx))
+    found = user_unary_op(tx, fn, value)
+    if found is not None:
+        return found
     if isinstance(value, TensorVariable):
         if fn is operator.index:
             unsupported("using a tensor as an index into a Python sequence")
@@ -64,6 +68,9 @@ def unary_op(tx, fn, value: Variable) -> Variable:
 
 def binary_op(tx, fn, a: Variable, b: Variable) -> Variable:
     inplace_of = INPLACE_TO_BINARY.get(fn)
+    found = user_inplace_op(tx, fn, a, b) if inplace_of is not None else user_binary_op(tx, fn, a, b)
+    if found is not None:
+        return found
     if inplace_of is not None and not isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
         # ``n += tensor`` with a Python number: numbers have no in-place form, so
         # Python computes ``n + tensor`` (no graph node may assign to a literal).
@@ -186,6 +193,7 @@ def contains(tx, container: Variable, item: Variable) -> bool:
     from ..variables.objects import NNModuleVariable
 
     if isinstance(container, NNModuleVariable) and item.is_constant():
+        container.guard_members(tx)
         return item.as_constant() in container.module._modules
     handler = getattr(container, "contains", None)
     if handler is not None and item.is_constant():
@@ -199,7 +207,7 @@ def contains(tx, container: Variable, item: Variable) -> bool:
 def getitem(tx, obj: Variable, index: Variable) -> Variable:
     if isinstance(obj, TensorVariable):
         return record_op(tx, "call_function", operator.getitem, [obj, index], {})
-    if isinstance(index, TensorVariable):
+    if isinstance(index, TensorVariable) and not isinstance(obj, DictVariable):  # a dict keys tensors by identity
         unsupported("indexing a Python container with a tensor")
     handler = getattr(obj, "getitem", None)
     if handler is not None:

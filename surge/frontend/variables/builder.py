@@ -9,21 +9,23 @@ without one (values derived from trusted libraries) it only wraps.
 from __future__ import annotations
 
 import enum
+import functools
 import types
 import weakref
 
 import torch
 
 from ..sources import AttrSource, ItemSource, is_typing_form
+from ..wrappers import compiled_original
 from .base import unsupported
 from .autocast import wrap_autocast_object
 from ..entry import CompiledFunction
 from .builtins import BUILTIN_RULES, BuiltinVariable, adopt_dynamo_graph_break
 from .constant import ConstantVariable, is_constant_value
-from .containers import DictVariable, IteratorVariable, ListVariable, SetVariable, TupleVariable
+from .containers import DictVariable, IteratorVariable, ListVariable, SetVariable, SliceVariable, TupleVariable
 from .functions import (
-    CACHE_WRAPPER_TYPE, OpaqueCallableVariable, UserFunctionVariable, UserMethodVariable, cached_function_variable,
-    guarded_by_code,
+    CACHE_WRAPPER_TYPE, OpaqueCallableVariable, PartialVariable, UserFunctionVariable, UserMethodVariable,
+    cached_function_variable, guarded_by_code,
 )
 from . import copies, dataclass_rules, signatures  # noqa: F401  (register their rules)
 from .objects import (
@@ -48,6 +50,11 @@ def wrap_value(tx, value, source):
         if guards:
             guards.constant(source, value)
         return ConstantVariable(value, source)
+    if type(value) is slice:  # with a tensor among its bounds (else a constant, above)
+        if guards:
+            guards.type_is(source, slice)
+        return SliceVariable(*(wrap_value(tx, getattr(value, part), AttrSource(source, part) if source else None)
+                               for part in ("start", "stop", "step")))
     if type(value) in (tuple, list) or (isinstance(value, tuple) and hasattr(type(value), "_fields")) \
             or isinstance(value, torch.Size):
         if guards:
@@ -167,6 +174,22 @@ def _wrap_callable_or_object(tx, value, source):
         return GradModeContextVariable(isinstance(value, torch.autograd.grad_mode.enable_grad))
     if isinstance(value, torch.amp.autocast):
         return wrap_autocast_object(tx, value, source)
+    if type(value) is torch.autograd.profiler.record_function:
+        # Re-entered by a resume function after a graph break inside its block.
+        from .contexts import ProfilerContextVariable
+
+        if source is not None:
+            tx.guards.type_is(source, type(value))
+        return ProfilerContextVariable(type(value), [ConstantVariable(value.name)], {})
+    if type(value) is functools.partial and source is not None:
+        # Its function and bound arguments are read, and guarded, through the object.
+        tx.guards.type_is(source, functools.partial)
+        fn = tx.wrap(value.func, AttrSource(source, "func"))
+        args = tx.wrap(value.args, AttrSource(source, "args"))
+        keywords = tx.wrap(value.keywords, AttrSource(source, "keywords"))
+        partial = PartialVariable(fn, args.items, dict(keywords.items))
+        partial.source = source  # handed to CPython (at a break) as the object itself
+        return partial
     if _has_rule(value):
         return BuiltinVariable(value, source)
     if isinstance(value, torch._library.custom_ops.CustomOpDef):
@@ -177,7 +200,7 @@ def _wrap_callable_or_object(tx, value, source):
         return TorchFunctionVariable(value._opoverload, None)
     if isinstance(value, CACHE_WRAPPER_TYPE) and isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
         return cached_function_variable(tx, value, source)
-    original = getattr(value, "_surge_original", None)
+    original = compiled_original(value)
     if original is not None and isinstance(value, (types.FunctionType, CompiledFunction)):
         # A function compiled on its own, called from compiled code: inline its original.
         return wrap_value(tx, original, None)
@@ -187,8 +210,6 @@ def _wrap_callable_or_object(tx, value, source):
             return TorchFunctionVariable(value, source)
         return UserFunctionVariable(value, source)
     if isinstance(value, types.MethodType):
-        from ..sources import AttrSource
-
         fn = wrap_value(tx, value.__func__, None)
         self_source = AttrSource(source, "__self__") if source is not None else None
         self_var = wrap_value(tx, value.__self__, self_source)

@@ -206,7 +206,34 @@ def adopt_dynamo_graph_break(value) -> bool:
 
 @builtin(id)
 def _id(tx, obj):
-    unsupported("id() in compiled code")
+    """The id of an object read from the inputs: a constant, under a guard on that id
+    (another object at the source is a recompile). Objects the trace makes have no id yet."""
+    real = _real_object(obj)
+    if real is _NO_OBJECT or obj.source is None:
+        unsupported(f"id() of {obj}, which the trace made (its id is known only when it runs)")
+    tx.guards.add(obj.source, f"id({{v}}) == {id(real)}", f"id({obj.source.name()}) == {id(real)}")
+    return ConstantVariable(id(real))
+
+
+_NO_OBJECT = object()
+
+
+def _real_object(var):
+    """The Python object a value read from the inputs stands for, or _NO_OBJECT."""
+    from .functions import UserFunctionVariable
+    from .objects import ClassVariable, ObjectVariable, PythonModuleVariable
+
+    if isinstance(var, TensorVariable):
+        return var.real if var.real is not None else _NO_OBJECT
+    if isinstance(var, ObjectVariable):
+        return var.obj
+    if isinstance(var, ClassVariable):
+        return var.cls
+    if isinstance(var, UserFunctionVariable):
+        return var.fn
+    if isinstance(var, PythonModuleVariable):
+        return var.module
+    return _NO_OBJECT
 
 
 @builtin(print)
@@ -297,13 +324,34 @@ def _extreme(fn, op):
         if all(i.is_constant() for i in items):
             return ConstantVariable(fn(i.as_constant() for i in items))
         if any(isinstance(i, TensorVariable) for i in items):
-            unsupported(f"{fn.__name__}() comparing tensors (data-dependent)")
+            return _extreme_of_tensors(tx, fn, op, items)
         best = items[0]
         for item in items[1:]:
             if binary_op(tx, op, item, best).truthy(tx):
                 best = item
         return best
     return rule
+
+
+def _extreme_of_tensors(tx, fn, op, items: list):
+    """``max(a, b, ...)`` of one-element tensors: Python keeps the first item unless a later
+    one compares greater (``bool(item > best)``); ``torch.where`` on that comparison picks
+    the same values (ties and NaNs included) and routes gradients to the chosen item."""
+    from ..interpreter.operators import binary_op
+
+    if not all(isinstance(i, TensorVariable) for i in items):
+        unsupported(f"{fn.__name__}() of a tensor and a Python value (the result's type depends on the data)")
+    first = items[0].example
+    shape = tuple(first.shape)
+    if not all(type(d) is int for d in shape) or any(tuple(i.example.shape) != shape or i.example.dtype != first.dtype
+                                                     for i in items):
+        unsupported(f"{fn.__name__}() of tensors of different shapes or dtypes")
+    if first.numel() != 1:
+        raise_in_user_code(RuntimeError, "Boolean value of Tensor with more than one value is ambiguous")
+    best = items[0]
+    for item in items[1:]:
+        best = record_op(tx, "call_function", torch.where, [binary_op(tx, op, item, best), item, best], {})
+    return best
 
 
 BUILTIN_RULES[min] = _extreme(min, operator.lt)

@@ -1,6 +1,7 @@
 """Python values that are fixed during capture: numbers, strings, None, dtypes, ..."""
 from __future__ import annotations
 
+import sys
 import types
 
 import torch
@@ -21,7 +22,21 @@ CONSTANT_TYPES = (
 def is_constant_value(value) -> bool:
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
         return all(is_constant_value(v) for v in value)
-    return isinstance(value, CONSTANT_TYPES)
+    if type(value) is slice:  # a graph break hands over slices of tensors, too
+        return all(is_constant_value(v) for v in (value.start, value.stop, value.step))
+    return isinstance(value, CONSTANT_TYPES) or is_numpy_scalar(value)
+
+
+def is_numpy_scalar(value) -> bool:
+    """A numpy integer, float or bool scalar (``np.int64(3)``): immutable, computed with now.
+    (numpy is not a dependency: without it imported there are no such values.)"""
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, (np.integer, np.floating, np.bool_))
+
+
+def is_numpy_scalar_type(cls) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(cls, type) and issubclass(cls, (np.integer, np.floating, np.bool_))
 
 
 class ConstantVariable(Variable):

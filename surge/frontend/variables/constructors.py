@@ -12,12 +12,12 @@ import types
 import torch
 
 from .base import unsupported
-from .builtins import BUILTIN_RULES
-from .constant import ConstantVariable
+from .builtins import BUILTIN_RULES, fold
+from .constant import ConstantVariable, is_numpy_scalar_type
 from .containers import DictVariable, TupleVariable
 from .dict_storage import is_dict_storage_class
 from .autocast import AUTOCAST_CLASSES, construct_autocast
-from .contexts import GRAD_MODE_CLASSES, make_grad_context
+from .contexts import GRAD_MODE_CLASSES, PROFILER_CLASSES, ProfilerContextVariable, make_grad_context
 from .objects import NewObjectVariable, bind_class_attribute, static_lookup, _MISSING
 from .torch_fns import PURE_TORCH_CLASSES, call_pure_torch_class
 
@@ -71,10 +71,16 @@ def construct(tx, class_var, args, kwargs):
         return CLASS_RULES[cls](tx, *args, **kwargs)
     if cls in GRAD_MODE_CLASSES:
         return make_grad_context(tx, cls, args)
+    if cls in PROFILER_CLASSES:
+        if not (all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values())):
+            unsupported(f"{cls.__qualname__}() with non-constant arguments")
+        return ProfilerContextVariable(cls, list(args), dict(kwargs))
     if cls in AUTOCAST_CLASSES:
         return construct_autocast(tx, cls, args, kwargs)
     if cls in PURE_TORCH_CLASSES:
         return call_pure_torch_class(tx, cls, args, kwargs)
+    if is_numpy_scalar_type(cls) and all(a.is_constant() for a in args) and not kwargs:
+        return ConstantVariable(fold(cls, args))
     if isinstance(cls, type) and issubclass(cls, enum.Enum):
         return ConstantVariable(cls(*[a.as_constant() for a in args]))
     if issubclass(cls, torch.nn.Module):

@@ -101,6 +101,39 @@ class NullContextVariable(Variable):
     getattr = GradModeContextVariable.getattr
 
 
+class ProfilerContextVariable(Variable):
+    """``torch.profiler.record_function(name)``, ``profile()`` & co: markers for the
+    profiler, no-ops in the graph (as under torch.compile). Entering gives the context
+    itself; a graph break inside the block makes a real one for CPython to re-enter."""
+
+    def __init__(self, cls: type, args: list, kwargs: dict):
+        self.cls = cls
+        self.args = args
+        self.kwargs = kwargs
+
+    def python_type(self):
+        return self.cls
+
+    def enter(self, tx):
+        return self
+
+    def exit(self, tx):
+        return NONE
+
+    getattr = GradModeContextVariable.getattr
+
+
+def _profiler_classes() -> tuple:
+    import torch.autograd.profiler as autograd_profiler
+    import torch.profiler
+
+    return (autograd_profiler.record_function, autograd_profiler.profile, torch.profiler.profile,
+            autograd_profiler.emit_nvtx, autograd_profiler.emit_itt)
+
+
+PROFILER_CLASSES = _profiler_classes()
+
+
 def make_grad_context(tx, cls, args) -> GradModeContextVariable:
     if cls is torch.no_grad:
         return GradModeContextVariable(False)

@@ -6,13 +6,16 @@ import functools
 import inspect
 import types
 
-from .base import AttributeMissing, Variable, unsupported
+from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .constant import ConstantVariable
 from .containers import IteratorVariable
+from ..wrappers import compiled_original
 
 CO_VARARGS = inspect.CO_VARARGS
 CO_VARKEYWORDS = inspect.CO_VARKEYWORDS
 # Attributes of a function object that hold data (not derived from its code).
+# What a function made in the trace may have set (``functools.wraps``-style renaming).
+FUNCTION_METADATA = ("__name__", "__qualname__", "__doc__", "__module__")
 FUNCTION_DATA_ATTRIBUTES = {"__module__", "__doc__", "__defaults__", "__kwdefaults__", "__annotations__", "__dict__"}
 
 
@@ -149,7 +152,7 @@ class UserFunctionVariable(FunctionVariable):
         return tx.wrap(kwdefaults[name], DefaultSource(parent, name, kwonly=True) if parent else None)
 
     def getattr(self, tx, name):
-        if name in FUNCTION_DATA_ATTRIBUTES or name in getattr(self.fn, "__dict__", {}):
+        if name in FUNCTION_DATA_ATTRIBUTES or name in FUNCTION_METADATA or name in getattr(self.fn, "__dict__", {}):
             # __module__, __doc__, __defaults__ and what decorators store (__wrapped__, ...):
             # read from the function object and guarded through it.
             from ..sources import AttrSource
@@ -182,7 +185,7 @@ def guarded_by_code(fn) -> bool:
     """Functions defined inside functions are made anew by each call of their maker (or
     rebuilt at a graph break): read from the inputs, they are guarded by code and globals,
     and their defaults and cells are read from the object of each call."""
-    return "<locals>" in fn.__qualname__ and getattr(fn, "_surge_original", None) is None
+    return "<locals>" in fn.__qualname__ and compiled_original(fn) is None
 
 
 class NestedFunctionVariable(FunctionVariable):
@@ -195,6 +198,22 @@ class NestedFunctionVariable(FunctionVariable):
         self.kwdefaults = kwdefaults
         self.cells = cells
         self.qualname = qualname
+        # The metadata the trace set on it (``inner.__name__ = ...``, as decorators do).
+        self.attrs: dict[str, Variable] = {}
+
+    def getattr(self, tx, name):
+        if name in self.attrs:
+            return self.attrs[name]
+        return super().getattr(tx, name)
+
+    def setattr(self, tx, name, value):
+        if name not in FUNCTION_METADATA or not value.is_constant():
+            return super().setattr(tx, name, value)
+        if name in ("__name__", "__qualname__") and type(value.as_constant()) is not str:
+            raise_in_user_code(TypeError, f"{name} must be set to a string object")
+        if name == "__qualname__":
+            self.qualname = value.as_constant()
+        self.attrs[name] = value
 
     def default(self, tx, index):
         return self.defaults[index]

@@ -198,9 +198,22 @@ class ObjectVariable(Variable):
 
     def truthy(self, tx):
         cls = type(self.obj)
+        from .object_protocols import python_truth
+
+        found = python_truth(tx, self, cls)
+        if found is not None:
+            return found
         if static_lookup(cls, "__bool__") is not _MISSING or static_lookup(cls, "__len__") is not _MISSING:
             unsupported(f"truth value of a {cls.__qualname__} (it defines __bool__ or __len__)")
         return True
+
+    def length(self, tx):
+        from .object_protocols import length_result
+
+        found = call_python_dunder(tx, self, "__len__", [])
+        if found is not None:
+            return length_result(found)
+        return super().length(tx)
 
     def call(self, tx, args, kwargs):
         call = static_lookup(type(self.obj), "__call__")
@@ -218,7 +231,13 @@ class UserObjectVariable(ObjectVariable):
 
 
 class NNModuleVariable(ObjectVariable):
-    """An nn.Module; identity-guarded, its attributes read through a constant (``by_type``: made per call)."""
+    """An nn.Module, its attributes read through a constant.
+
+    Identity-guarded unless ``by_type`` (a module made per call: guarded by type and by
+    the attributes read). An identity-guarded entry binds that constant to the call's own
+    module and checks it is alike (``codegen.module_bindings``): modules of one class
+    share entries. So whatever the trace reads of the instance (attributes, table keys)
+    is guarded as read."""
 
     def __init__(self, module: torch.nn.Module, source, by_type: bool = False):
         self.obj = module
@@ -447,8 +466,12 @@ def _named_tensors(tx, mv, table, recurse, prefix=""):
                 walk(f"{p}{k}.", child)
         walk(prefix, mv)
     for p, m in modules:
+        m.guard_members(tx, table)
         for k, t in m.obj.__dict__[table].items():
-            if t is None or id(t) in seen:
+            if t is None:
+                m.getattr_fallback(tx, k)  # guards that the entry is None
+                continue
+            if id(t) in seen:
                 continue
             seen.add(id(t))
             out.append((p + k, m.getattr_fallback(tx, k)))
@@ -465,6 +488,7 @@ def _module_items(tx, mv):
 def _module_keys(tx, mv):
     from .containers import ListVariable
 
+    mv.guard_members(tx)
     return ListVariable([ConstantVariable(k) for k in mv.obj._modules])
 
 
@@ -529,6 +553,11 @@ class NewObjectVariable(Variable):
         return self.cls
 
     def truthy(self, tx):
+        from .object_protocols import python_truth
+
+        found = python_truth(tx, self, self.cls)
+        if found is not None:
+            return found
         if self.storage is not None and static_lookup(self.cls, "__bool__") is _MISSING:
             return bool(self.storage.items)
         return True
@@ -544,7 +573,9 @@ class NewObjectVariable(Variable):
     def length(self, tx):
         method = static_lookup(self.cls, "__len__")
         if isinstance(method, types.FunctionType):
-            return bind_class_attribute(tx, self, self.cls, "__len__", method).call(tx, [], {}).as_constant()
+            from .object_protocols import length_result
+
+            return length_result(bind_class_attribute(tx, self, self.cls, "__len__", method).call(tx, [], {}))
         if self.storage is not None:
             return len(self.storage.items)
         unsupported(f"len() of {self}")
@@ -634,6 +665,10 @@ class ClassVariable(Variable):
     def getattr(self, tx, name):
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantVariable(getattr(self.cls, name))
+        if name == "__subclasses__" and static_lookup(type(self.cls), name) is type.__dict__[name]:
+            from .class_methods import SubclassesMethodVariable
+
+            return SubclassesMethodVariable(self)
         static = static_lookup(self.cls, name)
         if static is _MISSING:
             raise AttributeMissing(name)
@@ -672,6 +707,10 @@ class SuperVariable(Variable):
         self.self_var = self_var
 
     def getattr(self, tx, name):
+        if isinstance(self.self_var, ClassVariable):
+            from .class_methods import super_class_attribute
+
+            return super_class_attribute(tx, self, name)
         obj_type = self.self_var.python_type()
         mro = obj_type.__mro__
         start = mro.index(self.cls) + 1 if self.cls in mro else 0

@@ -17,7 +17,7 @@ from .. import meta as meta_utils
 from ..graph_builder import run_on_meta
 from .autocast import run_under_autocast
 from .base import AttributeMissing, Variable, unsupported
-from .constant import ConstantVariable, is_constant_value
+from .constant import ConstantVariable, is_constant_value, is_numpy_scalar
 
 
 class TensorVariable(Variable):
@@ -51,6 +51,13 @@ class TensorVariable(Variable):
         if name in TENSOR_ATTRIBUTES:
             return self.getattr(tx, name).call(tx, args, kwargs)
         return call_tensor_method(tx, self, name, args, kwargs)
+
+    def identity_key(self):
+        """Tensors hash and compare as dict keys by identity: an input by its object, a
+        value the graph computes by its node."""
+        from .containers import IdentityKey
+
+        return IdentityKey(self, self.real if self.real is not None else self.node)
 
     def iterate(self, tx):
         if self.example.dim() == 0:
@@ -87,6 +94,8 @@ def _unwrap(value: Variable, devices: list):
     from .containers import DictVariable, ListVariable, SliceVariable, TupleVariable
 
     if isinstance(value, ConstantVariable):
+        if is_numpy_scalar(value.value):  # torch takes it as the Python number it holds
+            return value.value.item(), value.value.item()
         return value.value, value.value
     if isinstance(value, (TupleVariable, ListVariable)):
         pairs = [_unwrap(v, devices) for v in value.items]
@@ -190,6 +199,13 @@ def _const(value):
 @tensor_attribute("shape")
 def _shape(tx, t):
     return _const(t.example.shape)
+
+
+@tensor_attribute("__class__")
+def _class(tx, t):
+    from .objects import ClassVariable
+
+    return ClassVariable(t.cls)
 
 
 @tensor_attribute("dtype")

@@ -75,8 +75,10 @@ def _is_compiling(tx, fn, args, kwargs):
     return ConstantVariable(True)
 
 
-@torch_rule(torch.compiler.is_exporting)
+@torch_rule(torch.compiler.is_exporting, torch.fx._symbolic_trace.is_fx_tracing, torch.onnx.is_in_onnx_export)
 def _is_exporting(tx, fn, args, kwargs):
+    # Capture is neither torch.fx's symbolic tracing nor an ONNX export (the graph never
+    # reruns the probe: the answer is fixed for the code being compiled).
     return ConstantVariable(False)
 
 

@@ -156,7 +156,8 @@ def test_cache_size_limit_runs_eagerly_with_one_warning(caplog):
         compare_call(compiled, unrolled_sum, (randn(4), 15))
         assert surge_warnings(caplog, caught) == 1
     assert delta["recompiles"] == 8, delta
-    assert len(backend.graphs) == 9, f"{len(backend.graphs)} graphs"
+    # n = 0 does no tensor work: its entry hands no graph to the backend.
+    assert len(backend.graphs) == 8, f"{len(backend.graphs)} graphs"
 
 
 def test_cache_size_limit_from_options():
@@ -164,7 +165,7 @@ def test_cache_size_limit_from_options():
     compiled = surge.compile(unrolled_product, backend=backend, options={"cache_size_limit": 2})
     for n in range(6):
         compare_call(compiled, unrolled_product, (randn(4), n))
-    assert surge.counters["recompiles"] == 2 and len(backend.graphs) == 3
+    assert surge.counters["recompiles"] == 2 and len(backend.graphs) == 2  # n = 0 makes no graph
 
 
 def test_cache_size_limit_from_environment(monkeypatch):
@@ -173,7 +174,7 @@ def test_cache_size_limit_from_environment(monkeypatch):
     compiled = surge.compile(unrolled_difference, backend=backend)
     for n in range(4):
         compare_call(compiled, unrolled_difference, (randn(4), n))
-    assert surge.counters["recompiles"] == 1 and len(backend.graphs) == 2
+    assert surge.counters["recompiles"] == 1 and len(backend.graphs) == 1  # n = 0 makes no graph
 
 
 def test_explain_report_of_captured_program():

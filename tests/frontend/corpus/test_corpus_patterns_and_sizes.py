@@ -5,7 +5,8 @@ import dataclasses
 import pytest
 import torch
 
-from corpus_harness import check_fn, randn
+import surge
+from corpus_harness import CounterDelta, RecordingBackend, check_fn, compare_call, randn
 
 
 @dataclasses.dataclass
@@ -89,12 +90,21 @@ def torch_predicates(x, p):
         (match_sequence_pattern, lambda i: (randn(3), 42)),
         (import_inside_function, lambda i: (randn(3),)),
         (walrus_in_comprehension, lambda i: (randn(3),)),
-        (size_arithmetic, lambda i: (randn(2, 3, 4),)),
         (view_with_size_objects, lambda i: (randn(3, 4),)),
         (torch_predicates, lambda i: (randn(3), torch.nn.Parameter(randn(2)))),
     ],
     ids=["match-mapping", "match-mapping-rest", "match-class", "match-class-guard", "match-sequence", "match-default",
-         "local-import", "walrus-comprehension", "size-arithmetic", "size-view", "torch-predicates"],
+         "local-import", "walrus-comprehension", "size-view", "torch-predicates"],
 )
 def test_pattern_or_size_program(program, make_args):
     check_fn(program, make_args)
+
+
+def test_size_arithmetic_alone_hands_no_graph_to_the_backend():
+    backend = RecordingBackend()
+    compiled = surge.compile(size_arithmetic, backend=backend)
+    delta = CounterDelta()
+    for _ in range(2):
+        compare_call(compiled, size_arithmetic, (randn(2, 3, 4),))
+    assert backend.graphs == [] and delta["graphs"] == 0 and delta["fallbacks"] == 0
+    assert delta["cache_misses"] == 1 and delta["cache_hits"] == 1

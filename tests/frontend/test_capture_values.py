@@ -1,0 +1,114 @@
+"""Values real model code returns or reaches, captured in one graph: closures and
+iterators returned, module-level tensors reached through an import inside the
+function, functools.partial objects, HF-style ModelOutput dicts."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+import module_tensors
+import surge
+from frontend_helpers import compile_strict, same
+from graph_checks import check_one_graph
+
+
+def returns_closure(x):
+    y = x * 2
+
+    def shift(z):
+        return z + y
+    return shift, y
+
+
+def test_returned_closure_sees_the_graph_values():
+    compiled, rec = compile_strict(returns_closure)
+    for _ in range(2):
+        x = torch.randn(3)
+        shift, y = compiled(x)
+        eager_shift, eager_y = returns_closure(x)
+        same(y, eager_y)
+        same(shift(x), eager_shift(x))
+        assert shift.__code__ is eager_shift.__code__
+    assert len(rec.graphs) == 1 and surge.counters["graph_breaks"] == 0 and surge.counters["fallbacks"] == 0
+
+
+def test_returned_lambdas_inside_containers():
+    def lambdas(x):
+        y = x.cos()
+        return [lambda z: z * y], {"k": lambda: y + 1}
+
+    compiled, rec = compile_strict(lambdas)
+    x = torch.randn(3)
+    out, expected = compiled(x), lambdas(x)
+    same(out[0][0](x), expected[0][0](x))
+    same(out[1]["k"](), expected[1]["k"]())
+    assert len(rec.graphs) == 1 and surge.counters["fallbacks"] == 0
+
+
+def test_returned_iterator():
+    def iterator(x):
+        it = iter([x, x + 1, x * 2])
+        next(it)
+        return it
+
+    compiled, rec = compile_strict(iterator)
+    x = torch.randn(3)
+    out = compiled(x)
+    same(list(out), list(iterator(x)))
+    assert len(rec.graphs) == 1 and surge.counters["fallbacks"] == 0
+
+
+def test_module_level_tensor_through_an_import_inside_the_function():
+    def uses_import(x):
+        import module_tensors as table_module
+        from module_tensors import TABLE
+        return x + table_module.TABLE * table_module.SCALE + TABLE
+
+    rec = check_one_graph(uses_import, lambda i: (torch.randn(4),))
+    assert sum(n.op == "placeholder" for n in rec.graphs[0].graph.nodes) == 2  # x and the table: an input
+    compiled, _ = compile_strict(uses_import)
+    compiled(torch.randn(4))
+    old = module_tensors.TABLE
+    try:
+        module_tensors.TABLE = torch.ones(4)  # rebinding the module attribute is seen
+        x = torch.randn(4)
+        same(compiled(x), uses_import(x))
+    finally:
+        module_tensors.TABLE = old
+
+
+def test_partial_objects_made_and_passed():
+    def scale(x, k, shift=0.0):
+        return x * k + shift
+
+    def made_inside(x):
+        double = functools.partial(scale, k=2.0)
+        add = functools.partial(torch.add, alpha=3)
+        return double(x, shift=1.0), add(x, x)
+
+    check_one_graph(made_inside, lambda i: (torch.randn(3),))
+
+    def passed_in(x, fn):
+        return fn(x)
+
+    check_one_graph(passed_in, lambda i: (torch.randn(3), functools.partial(scale, k=4.0)))
+
+
+def test_model_output_dict_methods():
+    from transformers.utils import ModelOutput
+
+    @dataclass
+    class Output(ModelOutput):
+        logits: torch.Tensor = None
+        hidden: Optional[torch.Tensor] = None
+        extra: Optional[torch.Tensor] = None
+
+    def model_output(x):
+        out = Output(logits=x * 2, hidden=x + 1)
+        return (out.to_tuple(), list(out.keys()), out[0], out["hidden"], tuple(out),
+                [v for v in out.values()], [k for k, _ in out.items()], len(out))
+
+    check_one_graph(model_output, lambda i: (torch.randn(3),))
