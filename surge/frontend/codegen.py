@@ -104,7 +104,7 @@ def module_bindings(guards: GuardSet, consts: ConstTable) -> dict:
     """
     targets = {identity_target(g) for g in guards.guards} - {None}
     return {name: module_check(value, consts.ref(type(value), type(value).__name__))
-            for name, value in list(consts.values.items())
+            for name, value in list(consts.objects())
             if name in targets and isinstance(value, torch.nn.Module)}
 
 
@@ -137,6 +137,9 @@ def entry_source(guards: GuardSet, consts: ConstTable, *, input_sources: list, r
     passes its guards (a new process needs it, disk_cache.py; modules of one class
     share entries). By default the modules held by identity are bound."""
     codegen = EntryCodegen(consts)
+    # An entry kept on disk passes its own ``bound`` and binds its objects by name,
+    # strongly; an entry of this process reads weakly held constants first.
+    weak_constants = bound is None
     if bound is None:
         bound = module_bindings(guards, consts)
     for _guard, cond, text in _guard_checks(codegen, guards, bound):
@@ -162,8 +165,8 @@ def entry_source(guards: GuardSet, consts: ConstTable, *, input_sources: list, r
             # holds it, so an exception in it (raised by the break code) does not keep
             # itself, its traceback and the call's tensors alive in a reference cycle.
             body += ["state = [result]", "del result", f"return {hand_off}(fn, state)"]
-    if bound is None:  # (an entry kept on disk binds its objects by name, strongly)
-        guard_lines = weak_constant_lines(consts) + guard_lines  # every constant is named by now
+    if weak_constants:  # every constant is named by now
+        guard_lines = weak_constant_lines(consts) + guard_lines
     name = f"surge_entry_{next(_entry_ids)}"
     lines = [f"def {name}(fn, args, kwargs):", "    try:"]
     lines += _indent(guard_lines or ["pass"], 2)
