@@ -166,6 +166,7 @@ def entry_source(guards: GuardSet, consts: ConstTable, *, input_sources: list, r
             # itself, its traceback and the call's tensors alive in a reference cycle.
             body += ["state = [result]", "del result", f"return {hand_off}(fn, state)"]
     if weak_constants:  # every constant is named by now
+        consts.rebound.update(bound)  # read from the call: the captured module may die
         guard_lines = weak_constant_lines(consts) + guard_lines
     name = f"surge_entry_{next(_entry_ids)}"
     lines = [f"def {name}(fn, args, kwargs):", "    try:"]
@@ -179,8 +180,9 @@ def weak_constant_lines(consts: ConstTable) -> list[str]:
     """The weakly held constants, read from their weak references; a dead one is a miss."""
     lines = []
     for name in consts.weak:
-        lines += [f"{name} = {name}{WEAK_SUFFIX}()", f"if {name} is None:  # the object died",
-                  "    return MISS"]
+        lines.append(f"{name} = {name}{WEAK_SUFFIX}()")
+        if name not in consts.rebound:  # a rebound module is read from the call at its first guard
+            lines += [f"if {name} is None:  # the object died", "    return MISS"]
     return lines
 
 

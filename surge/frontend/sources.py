@@ -61,8 +61,12 @@ class ConstTable:
     def __init__(self):
         self.values: dict[str, object] = {}
         self.weak: list[str] = []
+        # Weakly held constants an entry reads from the call instead (modules it binds to
+        # the call's alike module, codegen.module_bindings): their death drops nothing.
+        self.rebound: set[str] = set()
         self._by_id: dict[int, str] = {}
         self._on_death: list = []
+        self._weak_names: dict = {}  # weak reference -> constant name
 
     def ref(self, value: object, hint: str = "K") -> str:
         key = id(value)
@@ -73,7 +77,9 @@ class ConstTable:
             base = "K_" + base
         name = f"{base}_{len(self.values)}"
         if held_weakly(value):
-            self.values[name + WEAK_SUFFIX] = weakref.ref(value, self._referent_died)
+            ref = weakref.ref(value, self._referent_died)
+            self.values[name + WEAK_SUFFIX] = ref
+            self._weak_names[ref] = name
             self.weak.append(name)
         else:
             self.values[name] = value
@@ -89,10 +95,12 @@ class ConstTable:
                 yield name, value
 
     def when_dead(self, callback) -> None:
-        """Call ``callback()`` once, when the first weakly held object dies."""
+        """Call ``callback()`` once, when the first weakly held object dies (but a rebound one)."""
         self._on_death.append(callback)
 
-    def _referent_died(self, _ref) -> None:
+    def _referent_died(self, ref) -> None:
+        if self._weak_names.get(ref) in self.rebound:
+            return
         callbacks, self._on_death = self._on_death, []
         for callback in callbacks:
             callback()
