@@ -224,9 +224,13 @@ def cast_expr(value: str, src: torch.dtype, dst: torch.dtype) -> str:
 
 
 def literal(value, dtype: torch.dtype) -> str:
-    if isinstance(value, bool) or dtype == torch.bool:
+    """``value`` as a Triton literal of ``dtype``'s kind: a float literal in float code, an
+    integer one in integer code (a float there would turn an index into ``pointer + float``),
+    0/1 for bools. Integer literals beyond int32 are int64 constexprs to Triton."""
+    if dtype == torch.bool:
         return "1" if value else "0"
-    if isinstance(value, float):
+    if dtype.is_floating_point:
+        value = float(value)
         if value != value:
             return 'float("nan")'
         if value in (float("inf"), float("-inf")):
