@@ -105,6 +105,10 @@ class TritonKernelWriter:
 
     def pointer(self, buffer: str, out: bool) -> str:
         if buffer not in self.pointer_of:
+            device = self.plan.members[0].buffer.device
+            if self.buffers[buffer].device != device:   # lowering sends such reads to extern ops
+                raise NotImplementedError(f"kernel {self.name} on {device} would read {buffer}, "
+                                          f"a tensor on {self.buffers[buffer].device}")
             kind = "out_ptr" if out else "in_ptr"
             name = f"{kind}{sum(1 for p in self.params if p[0].startswith(kind))}"
             self.pointer_of[buffer] = name

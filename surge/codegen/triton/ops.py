@@ -44,7 +44,17 @@ def _infix(symbol):
     return lambda a, b, dtype: f"({a} {symbol} {b})"
 
 
-for _name, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("eq", "=="), ("ne", "!="), ("lt", "<"),
+@rule("add")
+def _add(a, b, dtype):
+    return f"({a} | {b})" if dtype == torch.bool else f"({a} + {b})"   # int1 + int1 would wrap
+
+
+@rule("mul")
+def _mul(a, b, dtype):
+    return f"({a} & {b})" if dtype == torch.bool else f"({a} * {b})"
+
+
+for _name, _sym in (("sub", "-"), ("eq", "=="), ("ne", "!="), ("lt", "<"),
                     ("le", "<="), ("gt", ">"), ("ge", ">="), ("bitwise_and", "&"), ("bitwise_or", "|"),
                     ("bitwise_xor", "^"), ("left_shift", "<<"), ("right_shift", ">>")):
     OP_RULES[_name] = _infix(_sym)
@@ -171,7 +181,12 @@ def _isinf(a, dtype):
 
 @rule("signbit")
 def _signbit(a, dtype):
-    return f"libdevice.signbit({a}) != 0"
+    """The sign bit read as a signed integer's: set for -0.0 and negative NaNs too (the
+    interpreter has no libdevice.signbit, and ``x < 0`` misses both)."""
+    if not dtype.is_floating_point:
+        return "0" if dtype in (torch.bool, torch.uint8) else f"({a} < 0)"
+    bits = "tl.int64" if compute_dtype(dtype) == torch.float64 else "tl.int32"
+    return f"({a}.to({bits}, bitcast=True) < 0)"
 
 
 @rule("logical_not")

@@ -1,0 +1,35 @@
+"""The dtype sweep through the Triton backend (its interpreter without a GPU): a sampled
+subset of (op, dtype) cases in CI, all of them with ``SURGE_DTYPE_SWEEP=full``
+(``dtype_sweep.py`` says how they are chosen)."""
+import pytest
+
+from surge.backends.triton import compile_aten_graph
+
+from .dtype_sweep import assert_same, case_id, cases, expects_kernel, trace
+
+
+@pytest.mark.parametrize("case", cases(), ids=case_id)
+def test_op_matches_eager_in_dtype(case):
+    from surge.options import Options
+
+    made, backend_errors = [], []
+
+    def compiler(aten_gm, example_inputs):
+        try:
+            made.append(compile_aten_graph(aten_gm, example_inputs, Options(raise_internal_errors=True)))
+        except Exception as error:  # this backend's failure fails the test, never skips it
+            backend_errors.append(error)
+            raise
+        return made[-1]
+    try:
+        found = trace(*case, compiler)
+    except Exception as error:  # the aot layer's own limits are its tests' business
+        if backend_errors:
+            raise backend_errors[0]
+        pytest.skip(f"aot layer: {type(error).__name__}: {error}"[:200])
+    if found is None:
+        pytest.skip("no small sample")
+    gm, inputs, compiled = found
+    assert_same(compiled(*inputs), gm(*inputs), case[1])
+    if expects_kernel(case[0]):
+        assert sum(len(c.kernel_names) for c in made) >= 1, "the op was not lowered to a kernel"
