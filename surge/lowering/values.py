@@ -145,6 +145,12 @@ class Masked(Value):
         return self.children[1]
 
 
+def cast_scalar(value, src: torch.dtype, dst: torch.dtype):
+    """``value`` (an element of ``src``) converted to ``dst`` as a tensor conversion does it:
+    truncating floats to integers, wrapping integers, rounding to fp16/bf16."""
+    return scalar_of(torch.tensor(value, dtype=src).to(dst).item(), dst)
+
+
 def cast(value: Value, dtype: torch.dtype) -> Value:
     if value.dtype == dtype:
         return value

@@ -48,6 +48,9 @@ PROGRAMS = {
                        lambda: (torch.randn(3, 4, dtype=torch.float64) * 100,)),
     "signbit_bf16": (lambda x: torch.signbit(x.float() * 0) ^ torch.signbit(x),
                      lambda: (torch.randn(400).bfloat16(),)),
+    # a one-element arange: its index is the constant 0, cast to the float it meets
+    "arange_of_one_as_float": (lambda x: (x + torch.arange(1, dtype=torch.float32), x + torch.arange(1).half()),
+                               lambda: (torch.randn(4, 1),)),
     "scalar_tensor_times_int": (lambda x: x * torch.scalar_tensor(3, dtype=torch.int64), lambda: (_ints(3, 4),)),
 }
 

@@ -10,7 +10,7 @@ CI runs a sampled subset: ``CI_CASES_PER_DTYPE`` ops per dtype, chosen by a stab
 of the op's name, so each dtype meets a different fixed mix of ops. With
 ``SURGE_DTYPE_SWEEP=full`` the tests run every case (slow: minutes per dtype in the
 Triton interpreter). ``python -m tests.backend.dtype_sweep triton|cpp [dtype ...]``
-runs every case and prints one line per failure.
+runs every case (three samples each, as the full tests do) and prints one line per failure.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.
           torch.float16, torch.bfloat16, torch.float64)
 CI_CASES_PER_DTYPE = 8
 FULL = os.environ.get("SURGE_DTYPE_SWEEP", "") == "full"
+SAMPLES = 3 if FULL else 1   # OpInfo samples per case
 
 # fp16/bf16: surge computes a decomposed composite (softmax, layer_norm, gelu) in fp32
 # throughout, eager rounds to the narrow type after each of its ops
@@ -45,22 +46,22 @@ def supports(op, dtype: torch.dtype) -> bool:
     return dtype in op.supported_dtypes("cpu")
 
 
-def first_sample(op, dtype: torch.dtype):
-    """The op's first OpInfo sample in ``dtype`` whose tensors are small and non-empty,
-    preferring one without 0-d tensors (some lowerings leave those to ATen on purpose)."""
-    fallback = None
+def small_samples(op, dtype: torch.dtype, count: int) -> list:
+    """Up to ``count`` OpInfo samples of the op in ``dtype`` whose tensors are small and
+    non-empty, those without 0-d tensors first (some lowerings leave 0-d ones to ATen
+    on purpose)."""
+    found = []
     try:
         for sample in op.sample_inputs("cpu", dtype, requires_grad=False):
             leaves = [x for x in pytree.tree_leaves((sample.input, sample.args, sample.kwargs))
                       if isinstance(x, torch.Tensor)]
-            if not leaves or not all(0 < x.numel() <= MAX_NUMEL for x in leaves):
-                continue
-            if all(x.ndim > 0 for x in leaves):
-                return sample
-            fallback = fallback or sample
+            if leaves and all(0 < x.numel() <= MAX_NUMEL for x in leaves):
+                found.append((any(x.ndim == 0 for x in leaves), len(found), sample))
+            if sum(1 for zero_d, _, _ in found if not zero_d) >= count:
+                break
     except Exception:  # noqa: BLE001 - OpInfo has no sample generator for this dtype
         pass
-    return fallback
+    return [sample for _, _, sample in sorted(found, key=lambda f: f[:2])[:count]]
 
 
 def _rank(name: str, dtype: torch.dtype) -> int:
@@ -93,23 +94,33 @@ def assert_same(actual, expected, dtype: torch.dtype) -> None:
         torch.testing.assert_close(a, e, equal_nan=True, **tol)
 
 
-def trace(name: str, dtype: torch.dtype, compiler):
-    """(graph, inputs, compiled) of the case, ``compiler`` as the aot layer's forward
-    compiler; None when there is no small sample. The aot layer's errors propagate."""
+def trace(name: str, dtype: torch.dtype, compiler) -> list:
+    """[(graph, inputs, compiled)] of the case's samples, ``compiler`` as the aot layer's
+    forward compiler; empty when there is no small sample. The aot layer's errors propagate."""
     from surge.aot import aot_compile
     from surge.options import Options
 
-    sample = first_sample(OPS[name], dtype)
-    if sample is None:
-        return None
-    gm, inputs = _graph_of(OPS[name], sample)
     options = Options(raise_internal_errors=True, cache_dir=os.environ.get("SURGE_CACHE_DIR"))
-    compiled = aot_compile(gm, inputs, fw_compiler=compiler, bw_compiler=compiler, options=options)
-    return gm, inputs, compiled
+    runs = []
+    for sample in small_samples(OPS[name], dtype, SAMPLES):
+        gm, inputs = _graph_of(OPS[name], sample)
+        runs.append((gm, inputs, aot_compile(gm, inputs, fw_compiler=compiler, bw_compiler=compiler,
+                                             options=options)))
+    return runs
 
 
-def expects_kernel(name: str) -> bool:
-    return name not in VIEW_OPS
+# (op, dtype kind) cases that run as ATen ops on purpose, and why
+ATEN_ON_PURPOSE = {
+    ("pow", "int"): "an integer power with a tensor exponent (negative exponents, overflow) runs in ATen",
+}
+
+
+def expects_kernel(name: str, dtype: torch.dtype, expected) -> bool:
+    """A kernel is made unless the op is a view, runs in ATen on purpose, or has only
+    empty results (``repeat`` by 0)."""
+    kind = "int" if not dtype.is_floating_point and dtype != torch.bool else "other"
+    tensors = [t for t in pytree.tree_leaves(expected) if isinstance(t, torch.Tensor)]
+    return name not in VIEW_OPS and (name, kind) not in ATEN_ON_PURPOSE and any(t.numel() for t in tensors)
 
 
 class Deferred:
@@ -144,7 +155,7 @@ def build_cpp(chosen) -> dict:
         except Exception as error:  # noqa: BLE001 - the aot layer's limits are its tests' business
             results[case] = ("skip", f"aot layer: {type(error).__name__}: {error}"[:200])
             continue
-        if found is None:
+        if not found:
             results[case] = ("skip", "no small sample")
             continue
         try:   # a generation error fails this case, not the whole library
@@ -155,7 +166,7 @@ def build_cpp(chosen) -> dict:
         except Exception as error:  # noqa: BLE001
             results[case] = ("error", f"{type(error).__name__}: {error}"[:500])
             continue
-        results[case] = ("ok", [found], made)
+        results[case] = ("ok", found, made)
         pending.extend(made)
     built = compile_aten_graphs_cpp([(d.aten_gm, d.inputs) for d in pending])
     for d, c in zip(pending, built):
@@ -178,7 +189,7 @@ def _run_all(backend: str, dtypes) -> None:
             try:
                 found = trace(*case, lambda g, i, made=made: made.append(compile_aten_graph(g, i, options))
                               or made[-1])
-                built[case] = ("ok", [found], made) if found else ("skip", "no small sample")
+                built[case] = ("ok", found, made) if found else ("skip", "no small sample")
             except Exception as error:  # noqa: BLE001 - one line per failing case
                 built[case] = ("error", f"{type(error).__name__}: {error}"[:300])
     failures = 0
@@ -188,7 +199,8 @@ def _run_all(backend: str, dtypes) -> None:
             failures += 1
         elif result[0] == "ok":
             kernels = sum(len(getattr(m, "compiled", m).kernel_names) for m in result[2])
-            if expects_kernel(case[0]) and not kernels:
+            gm, inputs, _ = result[1][0]
+            if expects_kernel(case[0], case[1], [g(*i) for g, i, _ in result[1]]) and not kernels:
                 print(f"NO KERNEL {case_id(case)}", flush=True)
                 failures += 1
             for gm, inputs, compiled in result[1]:
@@ -203,5 +215,6 @@ def _run_all(backend: str, dtypes) -> None:
 if __name__ == "__main__":
     import sys
 
+    SAMPLES = 3
     chosen = [getattr(torch, d) for d in sys.argv[2:]] or list(DTYPES)
     _run_all(sys.argv[1], chosen)
