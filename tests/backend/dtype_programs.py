@@ -46,8 +46,9 @@ PROGRAMS = {
                           lambda: (_ints(3, 4, dtype=torch.int16),)),
     "round_decimals": (lambda x: (torch.round(x, decimals=2), torch.round(x, decimals=-1)),
                        lambda: (torch.randn(3, 4, dtype=torch.float64) * 100,)),
-    "signbit_bf16": (lambda x: torch.signbit(x.float() * 0) ^ torch.signbit(x),
-                     lambda: (torch.randn(400).bfloat16(),)),
+    # one output: GCC 12 failed with an internal compiler error on std::signbit's loop
+    "signbit_bf16": (lambda x: torch.signbit(x), lambda: (torch.randn(400).bfloat16(),)),
+    "signbit_negative_zero": (lambda x: torch.signbit(x * 0), lambda: (torch.randn(400),)),
     # a one-element arange: its index is the constant 0, cast to the float it meets
     "arange_of_one_as_float": (lambda x: (x + torch.arange(1, dtype=torch.float32), x + torch.arange(1).half()),
                                lambda: (torch.randn(4, 1),)),
