@@ -52,6 +52,8 @@ PROGRAMS = {
     # a one-element arange: its index is the constant 0, cast to the float it meets
     "arange_of_one_as_float": (lambda x: (x + torch.arange(1, dtype=torch.float32), x + torch.arange(1).half()),
                                lambda: (torch.randn(4, 1),)),
+    "relu_keeps_nan": (lambda x: (torch.relu(x), torch.relu(x.half())),
+                       lambda: (torch.tensor([float("nan"), -1.0, 2.0, float("-inf")]),)),
     "scalar_tensor_times_int": (lambda x: x * torch.scalar_tensor(3, dtype=torch.int64), lambda: (_ints(3, 4),)),
 }
 

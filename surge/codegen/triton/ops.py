@@ -99,6 +99,8 @@ def _sigmoid(a, dtype):
 
 @rule("relu")
 def _relu(a, dtype):
+    if dtype.is_floating_point:   # relu(NaN) is NaN in eager; a GPU's max returns the other operand
+        return f"tl.maximum({a}, 0.0, propagate_nan=tl.PropagateNan.ALL)"
     return f"tl.maximum({a}, 0)"
 
 
