@@ -46,13 +46,13 @@ def supports(op, dtype: torch.dtype) -> bool:
     return dtype in op.supported_dtypes("cpu")
 
 
-def small_samples(op, dtype: torch.dtype, count: int) -> list:
+def small_samples(op, dtype: torch.dtype, count: int, device: str = "cpu") -> list:
     """Up to ``count`` OpInfo samples of the op in ``dtype`` whose tensors are small and
     non-empty, those without 0-d tensors first (some lowerings leave 0-d ones to ATen
     on purpose)."""
     found = []
     try:
-        for sample in op.sample_inputs("cpu", dtype, requires_grad=False):
+        for sample in op.sample_inputs(device, dtype, requires_grad=False):
             leaves = [x for x in pytree.tree_leaves((sample.input, sample.args, sample.kwargs))
                       if isinstance(x, torch.Tensor)]
             if leaves and all(0 < x.numel() <= MAX_NUMEL for x in leaves):
@@ -94,15 +94,16 @@ def assert_same(actual, expected, dtype: torch.dtype) -> None:
         torch.testing.assert_close(a, e, equal_nan=True, **tol)
 
 
-def trace(name: str, dtype: torch.dtype, compiler) -> list:
-    """[(graph, inputs, compiled)] of the case's samples, ``compiler`` as the aot layer's
-    forward compiler; empty when there is no small sample. The aot layer's errors propagate."""
+def trace(name: str, dtype: torch.dtype, compiler, device: str = "cpu") -> list:
+    """[(graph, inputs, compiled)] of the case's samples on ``device``, ``compiler`` as the
+    aot layer's forward compiler; empty when there is no small sample. The aot layer's
+    errors propagate."""
     from surge.aot import aot_compile
     from surge.options import Options
 
     options = Options(raise_internal_errors=True, cache_dir=os.environ.get("SURGE_CACHE_DIR"))
     runs = []
-    for sample in small_samples(OPS[name], dtype, SAMPLES):
+    for sample in small_samples(OPS[name], dtype, SAMPLES, device):
         gm, inputs = _graph_of(OPS[name], sample)
         runs.append((gm, inputs, aot_compile(gm, inputs, fw_compiler=compiler, bw_compiler=compiler,
                                              options=options)))

@@ -1,11 +1,13 @@
-"""The dtype sweep through the Triton backend (its interpreter without a GPU): a sampled
-subset of (op, dtype) cases in CI, all of them with ``SURGE_DTYPE_SWEEP=full``
-(``dtype_sweep.py`` says how they are chosen)."""
+"""The dtype sweep through the Triton backend: a sampled subset of (op, dtype) cases in CI,
+all of them with ``SURGE_DTYPE_SWEEP=full`` (``dtype_sweep.py`` says how they are chosen).
+Samples live on the GPU where there is one (compiled kernels), else on the CPU (the
+interpreter)."""
 import pytest
 
 from surge.backends.triton import compile_aten_graph
 
 from .dtype_sweep import assert_same, case_id, cases, expects_kernel, trace
+from .helpers import DEVICE
 
 
 @pytest.mark.parametrize("case", cases(), ids=case_id)
@@ -22,7 +24,7 @@ def test_op_matches_eager_in_dtype(case):
             raise
         return made[-1]
     try:
-        found = trace(*case, compiler)
+        found = trace(*case, compiler, device=DEVICE)
     except Exception as error:  # the aot layer's own limits are its tests' business
         if backend_errors:
             raise backend_errors[0]

@@ -186,7 +186,7 @@ def _signbit(a, dtype):
     """The sign bit read as a signed integer's: set for -0.0 and negative NaNs too (the
     interpreter has no libdevice.signbit, and ``x < 0`` misses both)."""
     if not dtype.is_floating_point:
-        return "0" if dtype in (torch.bool, torch.uint8) else f"({a} < 0)"
+        return f"({a} < 0)"   # never for bool and uint8, a block all the same
     bits = "tl.int64" if compute_dtype(dtype) == torch.float64 else "tl.int32"
     return f"({a}.to({bits}, bitcast=True) < 0)"
 
