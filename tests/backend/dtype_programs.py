@@ -54,6 +54,8 @@ PROGRAMS = {
                                lambda: (torch.randn(4, 1),)),
     "relu_keeps_nan": (lambda x: (torch.relu(x), torch.relu(x.half())),
                        lambda: (torch.tensor([float("nan"), -1.0, 2.0, float("-inf")]),)),
+    "arange_of_one_arithmetic_as_float": (lambda x: x + (torch.arange(1) * 3 + 1).float(),
+                                          lambda: (torch.randn(4, 1),)),
     "scalar_tensor_times_int": (lambda x: x * torch.scalar_tensor(3, dtype=torch.int64), lambda: (_ints(3, 4),)),
 }
 

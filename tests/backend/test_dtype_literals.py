@@ -68,7 +68,7 @@ def test_triton_literals_follow_the_dtype(value, dtype, text):
 # programs that make CPU tensors of their own: next to CUDA inputs eager refuses them (arange,
 # full), or they run as ATen ops (a 0-d scalar_tensor; test_mixed_devices.py)
 MAKES_CPU_TENSORS = {"full_int64_index", "arange_start_step_index", "arange_of_one_as_float",
-                     "scalar_tensor_times_int"}
+                     "arange_of_one_arithmetic_as_float", "scalar_tensor_times_int"}
 
 
 @pytest.mark.gpu
