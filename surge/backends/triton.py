@@ -158,9 +158,10 @@ def triton_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: O
     options = options or Options.from_env()
 
     def compiler(aten_gm, inputs):
+        from ..lowering.lower import graph_device
         from ..runtime.triton_mode import interpreting
 
-        device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
+        device = graph_device(inputs)   # a CPU scalar among CUDA inputs does not decide
         if device.type != "cuda" and not (device.type == "cpu" and interpreting()):
             # Kernels run on CUDA tensors, or on CPU tensors in Triton's interpreter
             # (TRITON_INTERPRET=1, which Triton reads when it is imported).

@@ -98,11 +98,23 @@ class Lowering:
         """The real device of the node's result (meta values live on the meta device)."""
         device = self.node.meta.get("device")
         if device is not None:
-            return torch.device(device)
+            return self.same_device(torch.device(device))
         val = self.out_meta
         if isinstance(val, torch.Tensor) and val.device.type != "meta":
-            return val.device
+            return self.same_device(val.device)
         return self.device
+
+    def same_device(self, device: torch.device) -> torch.device:
+        """``device``, as the graph's own when it names it without an index (``"cuda"``)."""
+        if device.index is None and device.type == self.device.type:
+            return self.device
+        return device
+
+    def result_device(self, val: torch.Tensor) -> torch.device:
+        """Where an extern call's result ``val`` (real, or traced on meta) really lives."""
+        if val.device.type != "meta":
+            return self.same_device(val.device)
+        return self.out_device() if self.node is not None else self.device
 
     def origin(self) -> tuple:
         if self.node is None or self.node.op != "call_function":
@@ -210,11 +222,14 @@ class Lowering:
         loc = self.location()
         val = result_meta if result_meta is not None else extern_result_meta(
             target, args, kwargs, self.by_name, self.node, self.out_meta)
+        # an extern result lives where the op puts it (``torch.rand([])`` on the CPU in a CUDA
+        # graph): kernels of the graph's device must not read it as one of theirs
         if isinstance(val, torch.Tensor):
-            buf = ExternBuffer(self.new_name(), _layout_of(val), val.dtype, self.device,
+            device = self.result_device(val)
+            buf = ExternBuffer(self.new_name(), _layout_of(val), val.dtype, device,
                                op=target, args=args, kwargs=kwargs, location=loc)
             self.buffers.append(buf)
-            return LazyTensor.of_buffer(buf.name, buf.layout, val.dtype, self.device)
+            return LazyTensor.of_buffer(buf.name, buf.layout, val.dtype, device)
         if isinstance(val, (list, tuple)):
             parent = ExternBuffer(self.new_name(), Layout((), ()), torch.float32, self.device,
                                   op=target, args=args, kwargs=kwargs, location=loc)
@@ -226,10 +241,11 @@ class Lowering:
                     if used is not None and k not in used:
                         outs.append(None)   # never read: no buffer (it may even be undefined at run time)
                         continue
-                    child = ExternBuffer(self.new_name(), _layout_of(v), v.dtype, self.device,
+                    device = self.result_device(v)
+                    child = ExternBuffer(self.new_name(), _layout_of(v), v.dtype, device,
                                          parent=parent.name, output_index=k, location=loc)
                     self.buffers.append(child)
-                    outs.append(LazyTensor.of_buffer(child.name, child.layout, v.dtype, self.device))
+                    outs.append(LazyTensor.of_buffer(child.name, child.layout, v.dtype, device))
                 elif v is None or type(v) in (int, float, bool):
                     outs.append(v)
                 else:
@@ -490,6 +506,14 @@ def _all_tensors_on(device, args, kwargs) -> bool:
     return ok
 
 
+def graph_device(example_inputs) -> torch.device:
+    """The device the graph's kernels run on: its first input on an accelerator, else the
+    CPU. CPU tensors among CUDA ones (a 0-d ``torch.rand([])``, a step counter) are
+    read by extern ops, never by the kernels."""
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    return next((x.device for x in tensors if x.device.type != "cpu"), torch.device("cpu"))
+
+
 @phase_timer.phase("lowering")
 def lower_graph(gm: torch.fx.GraphModule, example_inputs, device: torch.device | None = None, *,
                 split_threshold: int | None = None, pad_matmuls: bool | None = None):
@@ -500,7 +524,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs, device: torch.device |
     16-bit matmuls with misaligned sizes run on padded operands (``matmul_padding``;
     default: on CUDA)."""
     if device is None:
-        device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
+        device = graph_device(example_inputs)
     if split_threshold is None:
         split_threshold = SPLIT_REDUCTION_MIN_ELEMENTS
     if pad_matmuls is None:

@@ -103,10 +103,25 @@ LOGICAL_OPS = {
 }
 
 
+# rounding an integer (or bool) gives it back: no op, and none for a code generator's
+# float-only rounding functions to reject
+ROUNDING_OPS = frozenset({"floor", "ceil", "round", "trunc"})
+
+
+def _same_dtype_rule(name):
+    def lower(ctx, *args, **kwargs):
+        if kwargs:   # round(x, decimals=) has its own rule; no other op of the table takes any
+            raise NotLowered(f"{name} with {sorted(kwargs)}")
+        dtype = ctx.out_dtype()
+        if name in ROUNDING_OPS and not dtype.is_floating_point:
+            return make_pointwise(ctx, lambda v: v, args, dtype)
+        return make_pointwise(ctx, _op(name), args, dtype)
+    return lower
+
+
 def _register_table():
     for target, name in SAME_DTYPE_OPS.items():
-        register_lowering(target)(
-            lambda ctx, *args, _n=name: make_pointwise(ctx, _op(_n), args, ctx.out_dtype()))
+        register_lowering(target)(_same_dtype_rule(name))
     for target, name in COMPARE_OPS.items():
         register_lowering(target)(
             lambda ctx, *args, _n=name: make_pointwise(ctx, _compare(_n), args, promoted_dtype(*args)))
@@ -116,6 +131,18 @@ def _register_table():
 
 
 _register_table()
+
+
+@register_lowering(aten.round.decimals)
+def round_decimals(ctx, x, *, decimals=0):
+    """As eager: nearbyint(x * 10**d) / 10**d, or nearbyint(x / 10**-d) * 10**-d for d < 0."""
+    dtype = ctx.out_dtype()
+    if not dtype.is_floating_point or decimals == 0:
+        return _same_dtype_rule("round")(ctx, x)
+    scale = Constant(10.0 ** abs(decimals), dtype)
+    into, back = ("mul", "truediv") if decimals > 0 else ("truediv", "mul")
+    return make_pointwise(
+        ctx, lambda v: Op(back, [Op("round", [Op(into, [v, scale], dtype)], dtype), scale], dtype), [x], dtype)
 
 
 @register_lowering(aten.add)

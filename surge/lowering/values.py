@@ -69,17 +69,26 @@ class Load(Value):
         return obj
 
 
+def scalar_of(value, dtype: torch.dtype):
+    """The Python scalar ``value`` as an element of ``dtype`` holds it: a float for float
+    dtypes, a bool for bool, and for integer dtypes an int wrapped into the dtype's range
+    (as a C cast does), so code generators render a literal of the type it meets."""
+    if dtype.is_floating_point:
+        return float(value)
+    if dtype == torch.bool:
+        return bool(value)
+    value = int(value)
+    info = torch.iinfo(dtype)
+    span = info.max - info.min + 1
+    return (value - info.min) % span + info.min
+
+
 class Constant(Value):
     __slots__ = ("value",)
     kind = "constant"
 
     def __new__(cls, value, dtype: torch.dtype):
-        if dtype.is_floating_point:
-            value = float(value)
-        elif dtype == torch.bool:
-            value = bool(value)
-        else:
-            value = int(value)
+        value = scalar_of(value, dtype)
         # repr keeps nan/inf and -0.0 distinct in the intern key
         obj = super().__new__(cls, (repr(value),), dtype, [])
         if not hasattr(obj, "value"):
@@ -121,6 +130,7 @@ class Masked(Value):
     kind = "masked"
 
     def __new__(cls, mask: Value, body: Value, other):
+        other = scalar_of(other, body.dtype)   # a pad value of -100.0 over int64 labels is -100
         obj = super().__new__(cls, (repr(other),), body.dtype, [mask, body])
         if not hasattr(obj, "other"):
             obj.other = other
@@ -133,6 +143,12 @@ class Masked(Value):
     @property
     def body(self) -> Value:
         return self.children[1]
+
+
+def cast_scalar(value, src: torch.dtype, dst: torch.dtype):
+    """``value`` (an element of ``src``) converted to ``dst`` as a tensor conversion does it:
+    truncating floats to integers, wrapping integers, rounding to fp16/bf16."""
+    return scalar_of(torch.tensor(value, dtype=src).to(dst).item(), dst)
 
 
 def cast(value: Value, dtype: torch.dtype) -> Value:

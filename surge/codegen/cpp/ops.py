@@ -224,6 +224,11 @@ def _isinf(a, dtype):
 
 @rule("signbit")
 def _signbit(a, dtype):
+    if compute_dtype(dtype) == torch.float32:
+        # the sign bit read as a signed integer's (the prelude's memcpy): GCC 12 vectorizing
+        # std::signbit of a float widened from bf16 with 512-bit vectors fails with an
+        # internal compiler error
+        return f"(surge_float_to_bits({a}) < 0)"
     if dtype.is_floating_point:
         return f"std::signbit({a})"
     return "false" if dtype in (torch.bool, torch.uint8) else f"({a} < 0)"

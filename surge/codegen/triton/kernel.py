@@ -22,7 +22,7 @@ import sympy
 import torch
 
 from ...lowering.sizes import linear_coefficient
-from ...lowering.values import Constant, IndexValue, Load, Masked, Op
+from ...lowering.values import Constant, IndexValue, Load, Masked, Op, cast_scalar
 from ...runtime.triton_mode import interpreting
 from ..common import KernelPlan, format_index, layout_span
 from .functions import functions_called
@@ -105,6 +105,10 @@ class TritonKernelWriter:
 
     def pointer(self, buffer: str, out: bool) -> str:
         if buffer not in self.pointer_of:
+            device = self.plan.members[0].buffer.device
+            if self.buffers[buffer].device != device:   # lowering sends such reads to extern ops
+                raise NotImplementedError(f"kernel {self.name} on {device} would read {buffer}, "
+                                          f"a tensor on {self.buffers[buffer].device}")
             kind = "out_ptr" if out else "in_ptr"
             name = f"{kind}{sum(1 for p in self.params if p[0].startswith(kind))}"
             self.pointer_of[buffer] = name
@@ -184,11 +188,18 @@ class TritonKernelWriter:
             if form is not None:
                 expr = f"_{form[0]}({', '.join(a.name for a in args)})"   # functions.py
             elif v.op == "cast":
-                expr = cast_expr(args[0].name, args[0].dtype, v.dtype)
+                folded = _constant_of(v.children[0])
+                if folded is not None:   # a literal has no .to(): the converted literal instead
+                    value = cast_scalar(folded, v.children[0].dtype, v.dtype)
+                    return Emitted(literal(value, v.dtype), v.dtype, False, True)
+                source = args[0].name
+                if args[0].scalar:   # an expression of literals: a 0-d tensor has .to()
+                    source = self.assign(scope, f"tl.full([], {source}, "
+                                                f"{triton_dtype(compute_dtype(args[0].dtype))})")
+                expr = cast_expr(source, args[0].dtype, v.dtype)
                 if v.dtype == torch.bfloat16 and interpreting():
-                    expr = f"_to_bf16_rtne({args[0].name}).to(tl.float32)"
-                if args[0].scalar:
-                    return Emitted(expr, v.dtype, False, True)
+                    expr = f"_to_bf16_rtne({source}).to(tl.float32)"
+                return Emitted(self.assign(scope, expr), v.dtype, uses_r, False)
             else:
                 expr = OP_RULES[v.op](*[a.name for a in args],
                                       dtype=v.children[0].dtype if v.op != "where" else v.dtype)
@@ -491,6 +502,16 @@ class TritonKernelWriter:
         return KernelSource(self.name, source, functions_called(source), all_params,
                             self.reduction, self.persistent, self.xnumel, self.rnumel, self.index_bits,
                             self.costly_ops, self.column)
+
+
+def _constant_of(v):
+    """The Python value of a compile-time constant (a constant, or an index that kernel
+    symbols made constant), else None."""
+    if isinstance(v, Constant):
+        return v.value
+    if isinstance(v, IndexValue) and not v.expr.free_symbols:
+        return int(v.expr)
+    return None
 
 
 def next_power_of_2(n: int) -> int:

@@ -44,7 +44,17 @@ def _infix(symbol):
     return lambda a, b, dtype: f"({a} {symbol} {b})"
 
 
-for _name, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("eq", "=="), ("ne", "!="), ("lt", "<"),
+@rule("add")
+def _add(a, b, dtype):
+    return f"({a} | {b})" if dtype == torch.bool else f"({a} + {b})"   # int1 + int1 would wrap
+
+
+@rule("mul")
+def _mul(a, b, dtype):
+    return f"({a} & {b})" if dtype == torch.bool else f"({a} * {b})"
+
+
+for _name, _sym in (("sub", "-"), ("eq", "=="), ("ne", "!="), ("lt", "<"),
                     ("le", "<="), ("gt", ">"), ("ge", ">="), ("bitwise_and", "&"), ("bitwise_or", "|"),
                     ("bitwise_xor", "^"), ("left_shift", "<<"), ("right_shift", ">>")):
     OP_RULES[_name] = _infix(_sym)
@@ -89,6 +99,8 @@ def _sigmoid(a, dtype):
 
 @rule("relu")
 def _relu(a, dtype):
+    if dtype.is_floating_point:   # relu(NaN) is NaN in eager; a GPU's max returns the other operand
+        return f"tl.maximum({a}, 0.0, propagate_nan=tl.PropagateNan.ALL)"
     return f"tl.maximum({a}, 0)"
 
 
@@ -171,7 +183,12 @@ def _isinf(a, dtype):
 
 @rule("signbit")
 def _signbit(a, dtype):
-    return f"libdevice.signbit({a}) != 0"
+    """The sign bit read as a signed integer's: set for -0.0 and negative NaNs too (the
+    interpreter has no libdevice.signbit, and ``x < 0`` misses both)."""
+    if not dtype.is_floating_point:
+        return f"({a} < 0)"   # never for bool and uint8, a block all the same
+    bits = "tl.int64" if compute_dtype(dtype) == torch.float64 else "tl.int32"
+    return f"({a}.to({bits}, bitcast=True) < 0)"
 
 
 @rule("logical_not")
@@ -224,9 +241,13 @@ def cast_expr(value: str, src: torch.dtype, dst: torch.dtype) -> str:
 
 
 def literal(value, dtype: torch.dtype) -> str:
-    if isinstance(value, bool) or dtype == torch.bool:
+    """``value`` as a Triton literal of ``dtype``'s kind: a float literal in float code, an
+    integer one in integer code (a float there would turn an index into ``pointer + float``),
+    0/1 for bools. Integer literals beyond int32 are int64 constexprs to Triton."""
+    if dtype == torch.bool:
         return "1" if value else "0"
-    if isinstance(value, float):
+    if dtype.is_floating_point:
+        value = float(value)
         if value != value:
             return 'float("nan")'
         if value in (float("inf"), float("-inf")):
