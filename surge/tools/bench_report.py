@@ -13,7 +13,7 @@ import sys
 import torch
 
 from .contenders import surge_backend_label
-from .phases import format_breakdown
+from ..observe.phases import format_breakdown
 from .timing import MAX_RATIO_SPREAD
 
 
