@@ -23,7 +23,8 @@ TIER_NAMES = {TOP: "top", DRIVER: "driver", STAGES: "stages", LIBRARY: "library"
 STAGE_ORDER = ("frontend", "aot", "lowering", "schedule", "codegen", "runtime")
 
 # Where each part of surge/ sits: a dotted module name under ``surge`` or a package prefix
-# (which covers its submodules). A new top-level module or package must be placed here.
+# (which covers its submodules; the root ``surge`` covers only surge/__init__.py). A new
+# top-level module or package must be placed here.
 LAYER_MAP = {
     "surge": TOP,  # surge/__init__.py: the public names
     "surge.__main__": TOP,
@@ -80,9 +81,13 @@ def _surge_modules() -> dict[str, pathlib.Path]:
 
 
 def _placement(module: str) -> tuple[int, int] | None:
-    """(tier, stage index) of a surge module from the longest matching map entry."""
+    """(tier, stage index) of a surge module from the longest matching map entry.
+
+    ``surge`` itself names only surge/__init__.py, not everything under it."""
+    if module == "surge":
+        return LAYER_MAP["surge"], 0
     parts = module.split(".")
-    for end in range(len(parts), 0, -1):
+    for end in range(len(parts), 1, -1):
         tier = LAYER_MAP.get(".".join(parts[:end]))
         if tier is not None:
             stage = STAGE_ORDER.index(parts[1]) if tier == STAGES else 0
@@ -95,15 +100,11 @@ def _describe(module: str) -> str:
     return STAGE_ORDER[stage] if tier == STAGES else TIER_NAMES[tier]
 
 
-def _is_package(path: pathlib.Path) -> bool:
-    return path.name == "__init__.py"
-
-
-def _resolve_from(module: str, path: pathlib.Path, node: ast.ImportFrom) -> str:
+def _resolve_from(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     """The absolute module a ``from ... import`` names before its imported names."""
     if node.level == 0:
         return node.module or ""
-    package = module.split(".") if _is_package(path) else module.split(".")[:-1]
+    package = module.split(".") if is_package else module.split(".")[:-1]
     base = package[: len(package) - (node.level - 1)]
     return ".".join(base + ([node.module] if node.module else []))
 
@@ -120,15 +121,14 @@ def _literal_import_module(node: ast.Call) -> str | None:
     return None
 
 
-def _imports(module: str, path: pathlib.Path, known: set[str]):
-    """Yield (line, imported surge module) for every import the module's source makes."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    for node in ast.walk(tree):
+def _imports(module: str, source: str, is_package: bool, known: set[str], filename: str = ""):
+    """Yield (line, imported module) for every import the module's source makes."""
+    for node in ast.walk(ast.parse(source, filename=filename)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
         elif isinstance(node, ast.ImportFrom):
-            base = _resolve_from(module, path, node)
+            base = _resolve_from(module, is_package, node)
             for alias in node.names:
                 # ``from pkg import sub`` imports the submodule when there is one.
                 submodule = f"{base}.{alias.name}"
@@ -144,7 +144,8 @@ def _surge_imports():
     modules = _surge_modules()
     known = set(modules)
     for module, path in modules.items():
-        for line, target in _imports(module, path, known):
+        source, is_package = path.read_text(), path.name == "__init__.py"
+        for line, target in _imports(module, source, is_package, known, str(path)):
             if target == "surge" or target.startswith("surge."):
                 yield module, line, target
 
@@ -154,6 +155,50 @@ def _goes_up(importer: str, target: str) -> bool:
     if tier_to != tier_from:
         return tier_to > tier_from
     return tier_from == STAGES and stage_to > stage_from
+
+
+SCANNER_EXAMPLE = """
+import importlib
+from typing import TYPE_CHECKING
+
+import torch
+import surge.lowering.ir
+from . import sizes
+from ..codegen import wrapper
+from ..errors import Unsupported
+
+if TYPE_CHECKING:
+    from ..runtime.launcher import Launcher
+
+
+def later():
+    from ..schedule.groups import KernelGroup
+    return importlib.import_module("surge.backends.cpp")
+"""
+
+
+def test_the_scanner_sees_every_kind_of_import_and_judges_its_direction():
+    known = {"surge.lowering.sizes", "surge.lowering.ir", "surge.codegen.wrapper"}
+    found = sorted(_imports("surge.lowering.example", SCANNER_EXAMPLE, False, known))
+    assert found == [(2, "importlib"), (3, "typing"), (5, "torch"), (6, "surge.lowering.ir"),
+                     (7, "surge.lowering.sizes"), (8, "surge.codegen.wrapper"), (9, "surge.errors"),
+                     (12, "surge.runtime.launcher"), (16, "surge.schedule.groups"),
+                     (17, "surge.backends.cpp")]
+    up = [target for _, target in found
+          if target.startswith("surge.") and _goes_up("surge.lowering.example", target)]
+    assert up == ["surge.codegen.wrapper", "surge.runtime.launcher", "surge.schedule.groups",
+                  "surge.backends.cpp"]
+    # In a package's __init__, one dot is the package itself.
+    package_import = ast.parse("from .markers import graph_break").body[0]
+    assert _resolve_from("surge.frontend", True, package_import) == "surge.frontend.markers"
+    assert _resolve_from("surge.frontend.entry", False, package_import) == "surge.frontend.markers"
+    assert _placement("surge.observe.phases") == (GROUND, 0)
+    assert _placement("surge.frontend.variables.builtins") == (STAGES, 0)
+    assert _placement("surge.not_in_the_map") is None
+    assert not _goes_up("surge.tools.demo", "surge.observe.phases")
+    assert _goes_up("surge.observe.phases", "surge.tools.progress")
+    assert _goes_up("surge.passes.dce", "surge.aot.capture")
+    assert not _goes_up("surge.runtime.launcher", "surge.frontend.markers")
 
 
 def test_every_module_is_placed_in_the_layer_map():
