@@ -54,9 +54,10 @@ KNOWN_IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("surge.frontend.backend_call", "surge.backends"):
         "describe_backend and PROTOCOL: the backend's registered name and the protocol text "
         "in BackendCompilerFailed messages",
-    # Triton codegen asks whether Triton runs interpreted (bf16 loads are rendered for the
-    # interpreter). Removed when the Target carries that fact (DESIGN, contract 3).
-    ("surge.codegen.triton.kernel", "surge.runtime.triton_mode"): "interpreting() for bf16 loads",
+    # Triton codegen asks whether Triton runs interpreted (bf16 casts and stores round
+    # through _to_bf16_rtne under the interpreter). Removed when the Target carries that
+    # fact (DESIGN, contract 3).
+    ("surge.codegen.triton.kernel", "surge.runtime.triton_mode"): "interpreting() for bf16 rounding",
     # generate_module starts the kernel compile workers while it writes the module, so that
     # compiles overlap codegen. Removed when the Triton backend (driver) starts them around
     # its codegen call, with the Target saying whether kernels compile or are interpreted.
