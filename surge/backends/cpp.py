@@ -118,24 +118,18 @@ def load_artifact(artifact: dict, toolchain, cache_dir: str) -> CompiledCppGraph
     from ..runtime import code_cache
     from ..runtime.cpp_build import load_library
 
-    path = artifact["path"]
-    if not _has_text(path, artifact["host_source"]):
-        path = os.path.join(cache_dir, "cpp_graphs", os.path.basename(path))
-        code_cache.write_module(path, artifact["host_source"])
-    module = code_cache.load_module(path)
+    key = os.path.basename(artifact["path"])[:-3]
+    stored = code_cache.read_module(cache_dir, "cpp_graphs", key)
+    if stored is not None and stored[1] == artifact["host_source"]:
+        path = stored[0]
+    else:
+        path = code_cache.write_module(cache_dir, "cpp_graphs", key, artifact["host_source"])
+    module = code_cache.load_module(path, artifact["host_source"])
     with phase_timer.phase("kernel_compile"):
         lib, compiled = load_library(artifact["library_source"], toolchain, cache_dir)
     counters["kernels"] += len(module.KERNELS)
     return CompiledCppGraph(module.make_call(lib), artifact["constants"], module, artifact["host_source"], path,
                             cache_hit=True, compiled=compiled, library_source=artifact["library_source"])
-
-
-def _has_text(path: str, text: str) -> bool:
-    try:
-        with open(path) as f:
-            return f.read() == text
-    except OSError:
-        return False
 
 
 def _host_module(aten_gm, example_inputs, options: Options, cache_dir: str, toolchain, prefix: str) -> dict:
@@ -148,11 +142,10 @@ def _host_module(aten_gm, example_inputs, options: Options, cache_dir: str, tool
     key = code_cache.graph_key(aten_gm, example_inputs, constants,
                                ("cpp", prefix, toolchain.version, toolchain.cpu, toolchain.vector_math,
                                 options.split_reduction_min_elements, options.pad_matmuls))
-    path = os.path.join(cache_dir, "cpp_graphs", f"{key}.py")
-    schedule, hit = None, os.path.exists(path)
+    stored = code_cache.read_module(cache_dir, "cpp_graphs", key)
+    schedule, hit = None, stored is not None
     if hit:
-        with open(path) as f:
-            source = f.read()
+        path, source = stored
     else:
         from ..codegen.cpp.host import generate_host_module
         from ..codegen.cpp.module import generate_cpp_module
@@ -170,10 +163,10 @@ def _host_module(aten_gm, example_inputs, options: Options, cache_dir: str, tool
             source = generate_host_module(shared, cpp_module)
         schedule = cpp_module.schedule  # the shared one, refined for CPUs (column sums in row kernels)
         write_current(options, "schedule.txt", schedule.__str__)
-        code_cache.write_module(path, source)
+        path = code_cache.write_module(cache_dir, "cpp_graphs", key, source)
     if logs.enabled("output_code"):
         logs.log("output_code", f"{path}\n{source}")
-    module = code_cache.load_module(path)
+    module = code_cache.load_module(path, source)
     write_current(options, "kernels.cpp", lambda: module.CPP_SOURCE)
     write_current(options, "wrapper.py", source)
     return dict(module=module, source=source, path=path, schedule=schedule, hit=hit, constants=constants)

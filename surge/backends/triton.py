@@ -91,11 +91,10 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
     key = code_cache.graph_key(aten_gm, example_inputs, constants,
                                (persistent_limit, interpreting(), options.split_reduction_min_elements,
                                 options.pad_matmuls))
-    path = code_cache.module_path(cache_dir, key)
-    schedule, hit = None, os.path.exists(path)
+    stored = code_cache.read_module(cache_dir, "graphs", key)
+    schedule, hit = None, stored is not None
     if hit:
-        with open(path) as f:
-            source = f.read()
+        path, source = stored
     else:
         try:
             graph, _ = lower_graph(aten_gm, example_inputs, split_threshold=options.split_reduction_min_elements,
@@ -111,7 +110,7 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
             fallbacks.announce(f"the triton backend could not compile it: {type(error).__name__}: {error}",
                                graph=True, options=options)
             return aten_gm.forward
-        code_cache.write_module(path, source)
+        path = code_cache.write_module(cache_dir, "graphs", key, source)
     logs.log("output_code", f"{path}\n{source}")
     write_current(options, "kernels.py", lambda: split_module(source)[0])
     write_current(options, "wrapper.py", lambda: split_module(source)[1])
@@ -128,7 +127,7 @@ def _load(source: str, path: str, constants: list, cache_dir: str, autotune: boo
     from ..runtime.launcher import make_launcher
 
     with phase_timer.phase("kernel_compile"):  # loading; Triton compiles each kernel on its first launch
-        module = code_cache.load_module(path)
+        module = code_cache.load_module(path, source)
         launchers = {name: make_launcher(getattr(module, name), name, meta, source, cache_dir, autotune)
                      for name, meta in module.KERNELS.items()}
     counters["kernels"] += len(launchers)
@@ -141,15 +140,12 @@ def load_artifact(artifact: dict, cache_dir: str) -> CompiledGraph:
     binary in its own cache on the first launch (it compiles only if that went missing)."""
     from ..runtime import code_cache
 
-    path = artifact["path"]
-    try:
-        with open(path) as f:
-            intact = f.read() == artifact["source"]
-    except OSError:
-        intact = False
-    if not intact:  # Triton reads kernel source from the module's file
-        path = code_cache.module_path(cache_dir, os.path.basename(path)[:-3])
-        code_cache.write_module(path, artifact["source"])
+    key = os.path.basename(artifact["path"])[:-3]
+    stored = code_cache.read_module(cache_dir, "graphs", key)
+    if stored is not None and stored[1] == artifact["source"]:
+        path = stored[0]
+    else:  # Triton reads kernel source from the module's file
+        path = code_cache.write_module(cache_dir, "graphs", key, artifact["source"])
     compiled = _load(artifact["source"], path, artifact["constants"], cache_dir, artifact["autotune"])
     compiled.cache_hit = True
     return compiled

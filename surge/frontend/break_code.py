@@ -28,7 +28,8 @@ from .codegen_bytecode.analysis import call_start, code_facts, live_locals, pops
 from .codegen_bytecode.assembler import (PY312, Body, BytecodeError, assemble, call, dump, forward_jump_name,
                                          load_attr, load_local_checked, make_function)
 from .codegen_bytecode.layout import FrameLayout, Slot
-from .resume import ResumeCode, check_layout, reentry_prologue, resume_code, user_location, user_name
+from .resume import (ResumeCode, check_layout, mark_fresh_locals, reentry_prologue, resume_code, user_location,
+                     user_name)
 
 # Instructions that may end a break region: everything whose successors are
 # the next instruction and/or one jump target. Loops' FOR_ITER and the
@@ -111,6 +112,7 @@ def break_code(code: types.CodeType, offset: int, layout: FrameLayout, *, count:
         live = live_locals(code, exit_offset)
         resume_layout = FrameLayout(stack, tuple(n for n in layout.live_locals + stored if n in live))
         resume = resume_code(code, exit_offset, resume_layout)
+        mark_fresh_locals(resume, stored)  # CPython's results
         exits.append(Exit(exit_offset, resume))
         label = Label()
         _redirect(body, facts, region, exit_offset, label)

@@ -34,6 +34,7 @@ from .codegen_bytecode.assembler import BytecodeError
 from .codegen_bytecode.layout import FrameLayout, Slot
 from .interpreter.frame import LazyInput
 from .reconstruct import ReturnCodegen, collect_tensor_outputs
+from .resume import mark_fresh_locals
 from .sources import ClosureSource, RootFunctionSource
 from .variables.base import NULL
 from .variables.containers import DictVariable, IteratorVariable, ListVariable, SetVariable
@@ -77,6 +78,8 @@ class BreakState:
         names = tuple(name for name in live_locals(code, start) if frame.locals.get(name) is not None)
         values += [frame.locals[name] for name in names]
         self.layout = FrameLayout(tuple(slots), names)
+        # Locals holding an object the trace built: the break code builds it on each call.
+        self.fresh_locals = tuple(n for n in names if isinstance(frame.locals[n], NewObjectVariable))
         # Cell variables of the root code get new cells holding their current contents
         # (made once: closures rebuilt for the break share them).
         self.cellvars = code.co_cellvars
@@ -277,6 +280,8 @@ class BreakRunner:
             self.break_code = break_code(code, state.offset, state.layout, call_resume=call_resume)
         except BytecodeError as e:
             raise Unsupported(f"cannot resume after this graph break: {e}") from e
+        for exit in self.break_code.exits:
+            mark_fresh_locals(exit.resume, state.fresh_locals)
         self.f_globals = f_globals
         self.cellvars = state.cellvars
         self.parameter_count = state.parameter_count

@@ -30,7 +30,7 @@ from .codegen import EntryCodegen, generate_diagnosis, generate_entry
 from .interpreter import Frame
 from .interpreter.frame import StopForBreak
 from .reconstruct import ReturnCodegen, collect_tensor_outputs
-from .resume import user_name
+from .resume import fresh_parameters, user_name
 from .sources import ClosureSource, ConstTable, RootFunctionSource
 from .tracer import Tracer
 from .variables.autocast import (
@@ -136,6 +136,7 @@ def _reason(error: Unsupported) -> BreakReason:
 
 def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None = None) -> CacheEntry:
     tracer = Tracer(options)
+    tracer.fresh_parameters = fresh_parameters(fn.__code__)
     grad_before = torch.is_grad_enabled()
     tracer.guards.global_state(grad_before, torch.get_default_dtype())
     try:

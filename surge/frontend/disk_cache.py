@@ -24,8 +24,9 @@ piece of it means the same thing in another process:
 Frames split at a graph break, resume functions, recorded fallbacks and entries
 with anything else (a tensor constant, a function made at run time) are not
 stored; those capture as before. Records are pickles named
-``<cache_dir>/frontend/<key>.pkl`` (a list, newest last), written to a temporary
-file and renamed.
+``<cache_dir>/frontend/<key>.pkl`` (a list, newest last), written and checked
+through ``cache_store``: a damaged file is not unpickled, the next capture
+replaces it.
 """
 from __future__ import annotations
 
@@ -33,17 +34,14 @@ import dataclasses
 import enum
 import functools
 import hashlib
-import io
 import os
-import pathlib
 import pickle
 import sys
-import tempfile
 import types
 
 import torch
 
-from .. import fallbacks, logs
+from .. import cache_store, fallbacks, logs
 from ..errors import BackendCompilerFailed
 from ..options import Options, default_cache_dir
 from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
@@ -78,14 +76,7 @@ class Record:
 
 @functools.lru_cache(maxsize=1)
 def _frontend_fingerprint() -> str:
-    root = pathlib.Path(__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
-    digest.update((root.parent / "options.py").read_bytes())
-    digest.update(f"{torch.__version__} {sys.version}".encode())
-    return digest.hexdigest()
+    return cache_store.sources_fingerprint(("frontend",), f"{torch.__version__} {sys.version}")
 
 
 def _code_digest(code: types.CodeType, digest) -> None:
@@ -453,17 +444,17 @@ def runnable(record: Record, backend, entry_counters, site, options: Options):
 
 # ---------------------------------------------------------------- files
 
-def _path(options: Options, key: str) -> str:
-    return os.path.join(default_cache_dir(options), "frontend", f"{key}.pkl")
+def _store(options: Options):
+    return cache_store.store(default_cache_dir(options), "frontend")
 
 
 def load_records(options: Options, key: str) -> list:
-    try:
-        with open(_path(options, key), "rb") as f:
-            records = pickle.load(f)
-    except FileNotFoundError:
+    data = _store(options).read_bytes(f"{key}.pkl")
+    if data is None:
         return []
-    except Exception as why:  # a damaged or foreign file: captures overwrite it
+    try:
+        records = pickle.loads(data)
+    except Exception as why:  # intact but not ours to read (another surge's classes): captures overwrite it
         fallbacks.announce(f"frontend disk cache: ignoring unreadable {key[:12]} ({type(why).__name__}: {why})",
                            outcome="is captured again", counted=False, warn=False)
         return []
@@ -473,18 +464,9 @@ def load_records(options: Options, key: str) -> list:
 def store_record(options: Options, key: str, record: Record) -> None:
     records = [r for r in load_records(options, key) if _files_unchanged(r)]
     records = (records + [record])[-MAX_RECORDS:]
-    buffer = io.BytesIO()
     try:
-        pickle.dump(records, buffer, protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as why:
         logs.log("perf", f"frontend disk cache: not stored ({type(why).__name__}: {why})")
         return
-    path = _path(options, key)
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(buffer.getvalue())
-        os.replace(tmp, path)
-    except OSError as why:  # a read-only cache folder: captures are not kept
-        logs.log("perf", f"frontend disk cache: not stored ({why})")
+    _store(options).write_bytes(f"{key}.pkl", data)

@@ -125,6 +125,18 @@ def _with_handler(body: Body, offset: int, depth: int) -> TryBegin:
 _names = itertools.count()
 _RESUME_CACHE: dict[tuple, ResumeCode] = {}
 _USER_NAMES: "weakref.WeakKeyDictionary[types.CodeType, str]" = weakref.WeakKeyDictionary()
+# Parameters of a resume code that may hold an object made anew on every call (a value
+# the break code computed, an object the frame built): guarded by type, never identity.
+_FRESH_PARAMETERS: "weakref.WeakKeyDictionary[types.CodeType, set[str]]" = weakref.WeakKeyDictionary()
+
+
+def fresh_parameters(code: types.CodeType) -> frozenset:
+    return frozenset(_FRESH_PARAMETERS.get(code, ()))
+
+
+def mark_fresh_locals(resume: ResumeCode, names) -> None:
+    """Live locals of ``resume`` that a break hands over as objects made per call."""
+    _FRESH_PARAMETERS.setdefault(resume.code, set()).update(n for n in names if n in resume.layout.live_locals)
 
 
 def user_name(code: types.CodeType) -> str:
@@ -162,4 +174,6 @@ def resume_code(code: types.CodeType, offset: int, layout: FrameLayout) -> Resum
     _RESUME_CACHE[key] = found
     RESUME_CODES.add(new)
     _USER_NAMES[new] = user_name(code)
+    # Stack slots hold temporaries: the break instruction's result among them.
+    _FRESH_PARAMETERS[new] = {n for n in layout.param_names() if n not in layout.live_locals}
     return found

@@ -12,7 +12,13 @@ the parent's value.
 """
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
+
+
+def is_typing_form(value) -> bool:
+    """``typing.Union``, ``typing.Literal``, ...: singletons compared by identity."""
+    return isinstance(value, typing._SpecialForm)
 
 
 class Source:
@@ -161,7 +167,7 @@ class CallSource:
 
 @dataclass(frozen=True)
 class ItemSource:
-    """``parent[key]`` for a constant key (int, str, ...)."""
+    """``parent[key]`` for a constant key (int, str, ...) or a class (a dict keyed by types)."""
 
     parent: Source
     key: object
@@ -170,6 +176,8 @@ class ItemSource:
         return f"{self.parent.name()}[{self.key!r}]"
 
     def expr(self, parent, consts):
+        if isinstance(self.key, type) or is_typing_form(self.key):
+            return f"{parent}[{consts.ref(self.key, 'key')}]"
         return f"{parent}[{self.key!r}]"
 
 

@@ -49,6 +49,8 @@ class Tracer:
         self.autocast_blocks: list = []
         self.current_frame = None
         self.instruction_count = 0
+        # Root parameters that may hold objects made anew on every call (resume.py).
+        self.fresh_parameters: frozenset = frozenset()
         self._wrapped: dict = {}
         # id -> (value, variable, source) of the mutable containers read from the inputs.
         self._containers: dict = {}

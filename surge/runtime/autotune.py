@@ -6,7 +6,7 @@ more binary to compile, which dominates a cold compile, so by default a kernel
 runs with a tuned choice found on disk or else the default. With autotuning on,
 the first call of a kernel on a GPU times each candidate on the call's own
 arguments (kernels only write their outputs, so running one several times is
-harmless), keeps the fastest and stores it in ``<cache_dir>/autotune/<key>.json``
+harmless), keeps the fastest and stores it in ``<cache_dir>/autotune/<key>.json`` (``cache_store``)
 for every later process, keyed by the kernel's body, sizes and device. In the
 interpreter the default is used.
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 
+from .. import cache_store
 from ..observe.phases import phase_timer
 
 
@@ -147,22 +147,17 @@ def tuning_key(source: str, meta: dict, device_name: str) -> str:
 
 
 def load_choice(cache_dir: str, key: str):
-    path = os.path.join(cache_dir, "autotune", f"{key}.json")
+    """The stored choice for ``key``, or None (none, or a damaged record: tuned again)."""
+    data = cache_store.store(cache_dir, "autotune").read_bytes(f"{key}.json")
     try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        return json.loads(data) if data is not None else None
+    except ValueError:
         return None
 
 
 def store_choice(cache_dir: str, key: str, config: dict, timings: list) -> None:
-    folder = os.path.join(cache_dir, "autotune")
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"{key}.json")
-    tmp = path + f".{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump({"config": config, "timings_ms": timings}, f)
-    os.replace(tmp, path)
+    cache_store.store(cache_dir, "autotune").write_bytes(
+        f"{key}.json", json.dumps({"config": config, "timings_ms": timings}).encode())
 
 
 @phase_timer.phase("autotune")

@@ -14,7 +14,10 @@ Triton to compile.
 The key holds everything the binary was specialized on: the kernel file and
 function, pointer dtypes, the size arguments' specialization (1, multiples of
 16, 64-bit), the launch config, the device, the Triton version and the
-environment variables Triton's own cache key holds. Pointer
+environment variables Triton's own cache key holds. The folder is written and read through
+``cache_store`` (renamed into place whole, with a manifest of its files' hashes
+checked before Triton reads them; a damaged record is compiled again and
+replaced). Pointer
 alignment is the one specialization the key cannot know before a launch: only
 binaries compiled for 16-byte-aligned pointers are stored, and one is loaded
 only for a launch whose pointers are all aligned. Anything unexpected (another
@@ -28,10 +31,9 @@ import inspect
 import json
 import os
 import pickle
-import shutil
 import types
 
-from .. import logs
+from .. import cache_store, logs
 from ..counters import counters
 
 SOURCE_FILE = "source.pkl"
@@ -72,12 +74,13 @@ def record_key(meta: dict, config: dict, device_name: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
-def _folder(cache_dir: str, key: str) -> str:
-    return os.path.join(cache_dir, "binaries", key)
+def _store(cache_dir: str):
+    return cache_store.store(cache_dir, "binaries")
 
 
 def has_record(cache_dir: str, key: str) -> bool:
-    return os.path.exists(os.path.join(_folder(cache_dir, key), SOURCE_FILE))
+    """A record is there (its files are checked when it is loaded)."""
+    return _store(cache_dir).read_bytes(os.path.join(key, cache_store.MANIFEST)) is not None
 
 
 def store(cache_dir: str, key: str, compiled) -> bool:
@@ -92,18 +95,12 @@ def store(cache_dir: str, key: str, compiled) -> bool:
             return False
         description = dict(hash=compiled.hash, files=sorted(wanted), signature=dict(src.signature),
                            constants=dict(getattr(src, "constants", {}) or {}))
-        folder = _folder(cache_dir, key)
-        tmp = f"{folder}.{os.getpid()}.tmp"
-        os.makedirs(tmp, exist_ok=True)
+        files = {}
         for name, path in wanted.items():
-            shutil.copyfile(path, os.path.join(tmp, name))
-        with open(os.path.join(tmp, SOURCE_FILE), "wb") as f:
-            pickle.dump(description, f)
-        try:
-            os.replace(tmp, folder)
-        except OSError:   # another process stored it first
-            shutil.rmtree(tmp, ignore_errors=True)
-        return True
+            with open(path, "rb") as f:
+                files[name] = f.read()
+        files[SOURCE_FILE] = pickle.dumps(description)
+        return _store(cache_dir).write_folder(key, files) is not None
     except Exception as error:  # never fatal: the next process compiles through Triton
         logs.log("perf", f"could not keep a kernel binary: {type(error).__name__}: {error}")
         return False
@@ -125,21 +122,22 @@ def load(cache_dir: str, key: str, kernel):
     The key names the kernel's file and function, so every call site with that key has the
     same ``kernel`` and shares one compiled kernel."""
     cls = _compiled_kernel_class()
-    folder = _folder(cache_dir, key)
     if cls is None or not has_record(cache_dir, key):
         return None
     found = _LOADED.get((cache_dir, key))
     if found is not None and found.src.fn is kernel:
         counters["binary_cache_hits"] += 1
         return found
+    files = _store(cache_dir).read_folder(key)   # every file checked against the manifest
+    if files is None:
+        return None
     try:
-        with open(os.path.join(folder, SOURCE_FILE), "rb") as f:
-            description = pickle.load(f)
+        description = pickle.loads(files[SOURCE_FILE][1])
         # What Triton's launcher reads of the kernel's source: its function (for argument
         # names), signature and constants.
         source = types.SimpleNamespace(fn=kernel, signature=description["signature"],
                                        constants=description["constants"])
-        group = {name: os.path.join(folder, name) for name in description["files"]}
+        group = {name: files[name][0] for name in description["files"]}
         compiled = cls(source, group, description["hash"])
     except Exception as error:
         logs.log("perf", f"kernel binary {key} not loaded: {type(error).__name__}: {error}")

@@ -1,22 +1,26 @@
 """The on-disk cache of generated modules, shared across processes.
 
 A compiled graph is one Python module (kernels + host wrapper), stored under
-``<cache_dir>/graphs/<key>.py``; the key covers the graph's code, its inputs'
-metadata, the versions of surge's compiler sources, torch and triton, and the
-compile knobs. A second process compiling the same graph loads the module
-instead of lowering, scheduling and generating code again; Triton's own cache
-then finds the kernels' binaries.
+``<cache_dir>/graphs/<key>.py`` (the cpp backend's host modules: ``cpp_graphs/``);
+the key covers the graph's code, its inputs' metadata, the versions of surge's
+compiler sources, torch and triton, and the compile knobs. A second process
+compiling the same graph loads the module instead of lowering, scheduling and
+generating code again; Triton's own cache then finds the kernels' binaries.
+
+Modules are stored and checked through ``cache_store`` (a damaged one is
+generated again) and run from the checked text: importlib's loader would also
+write and trust an unchecked ``__pycache__`` in the cache.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import os
-import pathlib
-import tempfile
+import types
 
 import torch
+
+from .. import cache_store
 
 _COMPILER_DIRS = ("lowering", "schedule", "codegen", "runtime")
 
@@ -24,16 +28,9 @@ _COMPILER_DIRS = ("lowering", "schedule", "codegen", "runtime")
 @functools.lru_cache(maxsize=1)
 def compiler_fingerprint() -> str:
     """Hash of the compiler's own sources: a changed compiler never reads stale code."""
-    root = pathlib.Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256()
-    for folder in _COMPILER_DIRS:
-        for path in sorted((root / folder).rglob("*.py")):
-            digest.update(path.read_bytes())
-    from .graph_cache import triton_version
+    from .graph_cache import triton_version   # read without importing triton (slow, and cpp needs none)
 
-    digest.update(triton_version().encode())  # read without importing triton (slow, and the cpp backend needs none)
-    digest.update(torch.__version__.encode())
-    return digest.hexdigest()
+    return cache_store.sources_fingerprint(_COMPILER_DIRS, f"{torch.__version__} {triton_version()}")
 
 
 def _describe_input(x) -> str:
@@ -54,23 +51,27 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, constants, knobs: tuple)
     return digest.hexdigest()[:40]
 
 
-def module_path(cache_dir: str, key: str) -> str:
-    return os.path.join(cache_dir, "graphs", f"{key}.py")
+def read_module(cache_dir: str, kind: str, key: str) -> tuple | None:
+    """(path, source) of the intact stored module ``key`` of the cache ``kind``, or None."""
+    found = cache_store.store(cache_dir, kind).read_file(f"{key}.py")
+    return None if found is None else (found[0], found[1].decode())
 
 
-def write_module(path: str, source: str) -> None:
-    """Write atomically: a concurrent reader sees the whole file or none."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(source)
-    os.replace(tmp, path)
+def write_module(cache_dir: str, kind: str, key: str, source: str) -> str:
+    """Store a module's source; its path (a private file when the cache cannot be written)."""
+    path = cache_store.store(cache_dir, kind).write_file(f"{key}.py", source.encode())
+    if path is None:
+        raise OSError(f"no folder to write the generated module {key} to")
+    return path
 
 
-def load_module(path: str):
-    """Import a generated module from its file (Triton reads kernel source from it)."""
-    name = "surge_generated_" + os.path.basename(path)[:-3]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def load_module(path: str, source: str | None = None):
+    """Run a generated module's ``source`` (checked by the caller; default: the file's text)
+    as the module of file ``path``, where Triton reads kernel source from."""
+    if source is None:
+        with open(path) as f:
+            source = f.read()
+    module = types.ModuleType("surge_generated_" + os.path.basename(path)[:-3])
+    module.__file__ = path
+    exec(compile(source, path, "exec"), module.__dict__)
     return module

@@ -261,6 +261,10 @@ class _Worker:
         if cache_dir:
             env["TRITON_CACHE_DIR"] = cache_dir
         target = _known_target()
+        # Jobs and results travel as pickles, which run code when loaded: the channel must
+        # be this process's and the worker's only. Anonymous pipes (subprocess.PIPE) are
+        # inherited descriptors, reachable by no path another user could open, and
+        # close_fds (Popen's default) hands the worker no other descriptor of ours.
         self.proc = subprocess.Popen([sys.executable, "-c", _WORKER_BOOTSTRAP, os.path.join(root, "surge")]
                                      + ([json.dumps(target)] if target else []), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)

@@ -2,10 +2,13 @@
 
 A library is keyed by a hash of its source, the compiler flags, the compiler's
 version and the CPU's feature flags (``-march=native`` code is only valid on a
-CPU like the one that built it), and stored as ``<cache_dir>/cpp/<key>.so``. A
-second process with the same source finds the file and loads it without
-compiling. Files are written to a temporary name in the same folder and
-renamed into place, so concurrent processes never see half a library.
+CPU like the one that built it), and stored as ``<cache_dir>/cpp/<key>.so``
+through ``cache_store``. A second process with the same source finds the file
+and loads it without compiling. The library's bytes are checked against their
+integrity record before ``dlopen`` (a truncated library would crash the process
+with SIGBUS on its first use, a garbled one would not load): a damaged one is
+compiled again, and the new file is renamed into place, never written over the
+old one (which this process may have mapped).
 
 Which compiler to use is the caller's choice (``SURGE_CXX`` at the backend
 entry, default ``g++``); ``find_toolchain`` says whether it works here.
@@ -22,7 +25,7 @@ import shutil
 import subprocess
 import tempfile
 
-from .. import logs
+from .. import cache_store, logs
 from ..counters import counters
 from ..errors import SurgeError
 
@@ -101,12 +104,12 @@ def find_toolchain(cxx: str | None, cache_dir: str) -> Toolchain | None:
     cpu = _cpu_fingerprint(cpu_flags)
     wide_vectors = "avx512f" in cpu_flags.split()
     identity = f"{os.path.realpath(path)}|{binary.st_size}|{binary.st_mtime_ns}|{cpu}|{COMPILE_FLAGS}|{wide_vectors}"
-    probe_file = os.path.join(cache_dir, "cpp", f"toolchain-{hashlib.sha256(identity.encode()).hexdigest()[:24]}.json")
+    probes = cache_store.store(cache_dir, "cpp")
+    probe_file = f"toolchain-{hashlib.sha256(identity.encode()).hexdigest()[:24]}.json"
     try:
-        with open(probe_file) as f:
-            known = json.load(f)
+        known = json.loads(probes.read_bytes(probe_file) or b"")
         return Toolchain(path, known["version"], cpu, bool(known["vector_math"]), wide_vectors)
-    except (OSError, ValueError, KeyError):
+    except (ValueError, KeyError, TypeError):
         pass
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
@@ -128,7 +131,7 @@ def find_toolchain(cxx: str | None, cache_dir: str) -> Toolchain | None:
                 break
         else:
             return None
-    _write_atomic(probe_file, json.dumps({"vector_math": vector_math, "version": version}).encode())
+    probes.write_bytes(probe_file, json.dumps({"vector_math": vector_math, "version": version}).encode())
     return toolchain
 
 
@@ -139,14 +142,6 @@ def _run_compiler(cmd) -> str | None:
     except (OSError, subprocess.SubprocessError) as e:
         return str(e)
     return None if out.returncode == 0 else (out.stderr or out.stdout or f"exit {out.returncode}")
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 def library_key(source: str, toolchain: Toolchain) -> str:
@@ -166,20 +161,23 @@ def load_library(source: str, toolchain: Toolchain, cache_dir: str) -> tuple:
     lib = _LOADED.get(key)
     if lib is not None:
         return lib, False
-    folder = os.path.join(cache_dir, "cpp")
-    so_path = os.path.join(folder, f"{key}.so")
-    compiled = False
-    if not os.path.exists(so_path):
-        cpp_path = os.path.join(folder, f"{key}.cpp")
-        _write_atomic(cpp_path, source.encode())
-        fd, tmp_so = tempfile.mkstemp(dir=folder, suffix=".so.tmp")
-        os.close(fd)
+    libraries = cache_store.store(cache_dir, "cpp")
+    stored = libraries.read_file(f"{key}.so")   # hashed before dlopen: a damaged one is rebuilt
+    compiled = stored is None
+    if stored is not None:
+        so_path = stored[0]
+    else:
+        cpp_path = libraries.write_file(f"{key}.cpp", source.encode())
+        if cpp_path is None:
+            raise OSError(f"no folder to write the C++ source of library {key} to")
+        tmp_so = libraries.temp_path(".so")
         error = _run_compiler([toolchain.cxx, *toolchain.flags, cpp_path, "-o", tmp_so, *toolchain.libs])
         if error is not None:
             os.unlink(tmp_so)
             raise CppCompileError(f"{toolchain.cxx} failed on {cpp_path}:\n{error[:4000]}")
-        os.replace(tmp_so, so_path)
-        compiled = True
+        so_path = libraries.install_file(f"{key}.so", tmp_so)
+        if so_path is None:
+            raise OSError(f"no folder to write the C++ library {key} to")
         counters["cpp_compiles"] += 1
         logs.log("perf", f"compiled C++ library {key[:12]}")
     lib = ctypes.CDLL(so_path)

@@ -19,10 +19,11 @@ target); and the versions of surge's sources, torch and triton. A graph with
 something the key cannot describe exactly (a locally defined function, a
 submodule call, an object of unknown type in an argument) is not cached.
 
-Entries are pickles named ``<cache_dir>/graph_cache/<key>.pkl``, written to a
-temporary file and renamed, so racing processes see a whole entry or none. An
-entry that cannot be read, has another format or names another key is ignored
-and overwritten by the recompile.
+Entries are pickles named ``<cache_dir>/graph_cache/<key>.pkl``, written and
+checked through ``cache_store`` (atomic, so racing processes see a whole entry or
+none; a damaged entry is never unpickled). An entry that is damaged, cannot be
+read, has another format or names another key is ignored and overwritten by the
+recompile.
 """
 from __future__ import annotations
 
@@ -30,18 +31,15 @@ import dataclasses
 import functools
 import hashlib
 import io
-import os
-import pathlib
 import pickle
 import sys
-import tempfile
 import types
 import warnings
 from typing import Any, Callable
 
 import torch
 
-from .. import fallbacks, logs
+from .. import cache_store, fallbacks, logs
 from ..counters import counters
 
 FORMAT = 1
@@ -56,17 +54,7 @@ class Uncacheable(Exception):
 @functools.lru_cache(maxsize=1)
 def versions_fingerprint() -> str:
     """surge's compiler sources, torch's and triton's versions (triton is not imported)."""
-    root = pathlib.Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256()
-    for folder in _SOURCE_DIRS:
-        for path in sorted((root / folder).rglob("*.py")):
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
-    digest.update((root / "options.py").read_bytes())
-    digest.update(torch.__version__.encode())
-    digest.update(triton_version().encode())
-    digest.update(sys.version.encode())
-    return digest.hexdigest()
+    return cache_store.sources_fingerprint(_SOURCE_DIRS, f"{torch.__version__} {triton_version()} {sys.version}")
 
 
 @functools.lru_cache(maxsize=1)
@@ -219,38 +207,28 @@ class _Pickler(pickle.Pickler):
         return NotImplemented
 
 
-def entry_path(cache_dir: str, key: str) -> str:
-    return os.path.join(cache_dir, "graph_cache", f"{key}.pkl")
-
-
 def store(cache_dir: str, entry: Entry) -> bool:
-    """Write ``entry`` atomically; False (logged) when it cannot be pickled."""
+    """Write ``entry``; False (logged) when it cannot be pickled or written."""
     buffer = io.BytesIO()
     try:
         _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(entry)
     except Exception as why:  # something in the metadata does not pickle: not cached
         logs.log("perf", f"graph cache: entry {entry.key[:12]} not stored ({type(why).__name__}: {why})")
         return False
-    path = entry_path(cache_dir, entry.key)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(buffer.getvalue())
-    os.replace(tmp, path)
-    return True
+    return cache_store.store(cache_dir, "graph_cache").write_bytes(f"{entry.key}.pkl", buffer.getvalue()) is not None
 
 
 def load(cache_dir: str, key: str) -> Entry | None:
-    """The entry for ``key``; None when there is none or it is unreadable (logged)."""
-    path = entry_path(cache_dir, key)
+    """The entry for ``key``; None when there is none, or it is damaged or unreadable (logged)."""
+    data = cache_store.store(cache_dir, "graph_cache").read_bytes(f"{key}.pkl")
+    if data is None:
+        return None
     try:
-        with open(path, "rb") as f, warnings.catch_warnings():
+        with warnings.catch_warnings():
             # torch's pytree warns when it unpickles the leaf specs it pickled itself
             warnings.simplefilter("ignore", FutureWarning)
-            entry = pickle.load(f)
-    except FileNotFoundError:
-        return None
-    except Exception as why:  # a damaged or foreign file: recompile and overwrite it
+            entry = pickle.loads(data)
+    except Exception as why:  # intact but not loadable here (a class that moved): recompile and overwrite it
         fallbacks.announce(f"graph cache: ignoring unreadable entry {key[:12]} ({type(why).__name__}: {why})",
                            graph=True, outcome="is compiled again", counted=False, warn=False)
         return None

@@ -3,8 +3,9 @@
 A generated module embeds its kernels as file texts (``KERNEL_FILES``: hash of
 the text -> text) and describes each call site in ``KERNELS`` (which file and
 function, sizes, signature). ``load_kernels`` writes every text to
-``<cache_dir>/kernels/<hash>.py`` unless it is there, imports it once per
-process and binds each call-site name to its function. Triton keys its
+``<cache_dir>/kernels/<hash>.py`` (through ``cache_store``) unless an intact copy
+of it is there, imports it once per process and binds each call-site name to
+its function. Triton keys its
 in-process and on-disk caches by a function's source text and its line in the
 file, so equal kernels from any layer or graph are one ``JITFunction`` and one
 binary. When kernels run on a GPU, the ones this process has not compiled yet are
@@ -15,55 +16,64 @@ on (lowering the next graph), instead of one by one at their first launches; tho
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
+import types
 
-from .. import logs
+from .. import cache_store, logs
 from .triton_mode import interpreting
 
 _MODULES: dict = {}          # (file hash, interpreting) -> the imported kernel file
 _PRECOMPILE = {"enabled": True}
 
 
+def _cache_root(module_file: str) -> str:
+    """``<cache_dir>`` of a module stored as ``<cache_dir>/graphs/<key>.py``."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(module_file)))
+
+
 def kernel_folder(module_file: str) -> str:
-    """``<cache_dir>/kernels`` for a module stored as ``<cache_dir>/graphs/<key>.py``."""
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(module_file))), "kernels")
+    """The folder where the kernel files of the module ``module_file`` are written."""
+    return cache_store.store(_cache_root(module_file), "kernels").folder
 
 
-def _holds(path: str, text: str) -> bool:
-    try:
-        with open(path) as f:
-            return f.read() == text
-    except OSError:
-        return False
-
-
-def import_kernel_file(path: str, key: str):
+def import_kernel_file(path: str, key: str, source: str | None = None):
     """The module of the kernel file ``path`` (named by its hash ``key``), imported once per
-    process and interpreter mode (Triton fixes interpreted-or-compiled at decoration)."""
+    process and interpreter mode (Triton fixes interpreted-or-compiled at decoration).
+    Run from its text (``source``, checked by the caller; default: the file's), as
+    generated modules are: no ``__pycache__`` in the cache."""
     found = _MODULES.get((key, interpreting()))
     if found is None:
-        spec = importlib.util.spec_from_file_location(f"surge_kernel_{key}", path)
-        found = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(found)
+        if source is None:
+            with open(path) as f:
+                source = f.read()
+        found = types.ModuleType(f"surge_kernel_{key}")
+        found.__file__ = path
+        exec(compile(source, path, "exec"), found.__dict__)
         _MODULES[(key, interpreting())] = found
     return found
 
 
+def _stored_kernel_file(store, key: str, text: str) -> str:
+    """The path of an intact copy of the kernel file ``key``, written now if there is none."""
+    found = store.read_file(f"{key}.py")
+    if found is not None and found[1] == text.encode():
+        return found[0]
+    path = store.write_file(f"{key}.py", text.encode())
+    if path is None:
+        raise OSError(f"no folder to write the kernel file {key} to")
+    return path
+
+
 def load_kernels(files: dict, kernels: dict, module_file: str) -> dict:
     """{call-site name: kernel function} for a generated module (see the module docstring)."""
-    from .code_cache import write_module   # imports torch; compile workers import kernel files without it
-
-    folder = kernel_folder(module_file)
-    paths = {}
-    for key, text in files.items():
-        paths[key] = os.path.join(folder, f"{key}.py")
-        if not _holds(paths[key], text):
-            write_module(paths[key], text)
-    functions = {name: getattr(import_kernel_file(paths[meta["file"]], meta["file"]), meta["function"])
+    root = _cache_root(module_file)
+    store = cache_store.store(root, "kernels")
+    paths = {key: _stored_kernel_file(store, key, text) for key, text in files.items()}
+    functions = {name: getattr(import_kernel_file(paths[meta["file"]], meta["file"], files[meta["file"]]),
+                               meta["function"])
                  for name, meta in kernels.items()}
     if _PRECOMPILE["enabled"] and not interpreting():
-        _precompile(kernels, paths, os.path.dirname(folder))
+        _precompile(kernels, paths, root)
     return functions
 
 

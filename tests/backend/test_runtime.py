@@ -37,7 +37,8 @@ def test_second_process_loads_compiled_module_from_disk(tmp_path):
     second = _run(tmp_path)
     assert first["ok"] and second["ok"]
     assert not first["hit"] and second["hit"]
-    assert len(os.listdir(tmp_path / "graphs")) == 1
+    modules = [f for f in os.listdir(tmp_path / "graphs") if f.endswith(".py")]
+    assert len(modules) == 1 and (tmp_path / "graphs" / (modules[0] + ".sum")).exists()  # and its integrity record
 
 
 def test_debug_dir_and_output_code_log(tmp_path, monkeypatch, capfd):

@@ -187,3 +187,88 @@ def test_t5_with_its_encoder_decoder_cache_is_one_graph():
         assert out.past_key_values.get_seq_length() == ref.past_key_values.get_seq_length() == SEQ
     assert surge.counters["graphs"] == 1 and surge.counters["cache_hits"] == 1
     assert surge.counters["graph_breaks"] == 0 and surge.counters["fallbacks"] == 0
+
+
+# ---- heads that build their loss module in forward (``CrossEntropyLoss()``) -------------
+
+def _bert_classifier():
+    config = transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=32, num_labels=3,
+        problem_type="single_label_classification")
+    return transformers.BertForSequenceClassification(config)
+
+
+def _vit_classifier():
+    config = transformers.ViTConfig(
+        image_size=16, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=2, intermediate_size=64, num_labels=3, problem_type="single_label_classification")
+    return transformers.ViTForImageClassification(config)
+
+
+LOSS_HEADS = {
+    "t5": (_t5, lambda: {"input_ids": torch.randint(0, VOCAB, (BATCH, SEQ)),
+                         "labels": torch.randint(0, VOCAB, (BATCH, SEQ)), "use_cache": False}),
+    "bert_classifier": (_bert_classifier, lambda: {"input_ids": torch.randint(0, VOCAB, (BATCH, SEQ)),
+                                                   "attention_mask": torch.ones(BATCH, SEQ, dtype=torch.long),
+                                                   "labels": torch.randint(0, 3, (BATCH,))}),
+    "vit_classifier": (_vit_classifier, lambda: {"pixel_values": torch.randn(BATCH, 3, 16, 16),
+                                                 "labels": torch.randint(0, 3, (BATCH,))}),
+}
+
+
+@pytest.mark.parametrize("name", list(LOSS_HEADS))
+def test_loss_built_in_forward_is_one_graph_without_recompiles(name):
+    """The head makes ``CrossEntropyLoss()`` on every call: captured in the graph, not a
+    break whose resume function would guard on that fresh module (a recompile per call)."""
+    build, make_inputs = LOSS_HEADS[name]
+    torch.manual_seed(0)
+    model = build().eval()
+    compiled = surge.compile(model, backend="eager")
+    before = dict(surge.counters)
+    for _ in range(3):
+        kwargs = make_inputs()
+        out, ref = compiled(**kwargs), model(**kwargs)
+        torch.testing.assert_close(out.loss, ref.loss)
+        torch.testing.assert_close(out.logits, ref.logits)
+    for counter in ("graph_breaks", "recompiles", "fallbacks"):
+        assert surge.counters[counter] == before.get(counter, 0), counter
+    assert surge.counters["graphs"] - before.get("graphs", 0) == 1
+    assert _torch_compile_graphs(model, make_inputs()) == 1
+
+
+def test_first_call_that_assigns_the_config_makes_the_graphs_torch_compile_makes():
+    """The head sets ``config.problem_type`` on its first call; huggingface_hub validates
+    that assignment (a table of validators keyed by typing objects, ``__slots__`` of
+    dataclass fields): captured, then the changed config recompiles once."""
+    def build():
+        torch.manual_seed(0)
+        config = transformers.BertConfig(
+            vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+            intermediate_size=64, max_position_embeddings=32, num_labels=3)
+        return transformers.BertForSequenceClassification(config).eval()
+
+    model, make_inputs = build(), LOSS_HEADS["bert_classifier"][1]
+    compiled = surge.compile(model, backend="eager")
+    for _ in range(3):
+        kwargs = make_inputs()
+        torch.testing.assert_close(compiled(**kwargs).loss, model(**kwargs).loss)
+    assert model.config.problem_type == "single_label_classification"
+    assert surge.counters["graph_breaks"] == 0 and surge.counters["fallbacks"] == 0
+    assert surge.counters["graphs"] == 2 and surge.counters["recompiles"] == 1
+
+    graphs = []
+    peer = build()
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        compiled_peer = torch.compile(peer, backend=counting)
+        for _ in range(3):
+            compiled_peer(**make_inputs())
+    finally:
+        torch._dynamo.reset()
+    assert len(graphs) == surge.counters["graphs"]

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 import torch
 from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..meta import META
 from .base import Variable, unsupported
 from .constant import NONE, ConstantVariable
 
@@ -195,13 +197,14 @@ def _nesting_depth() -> int:
 # ---- op metadata under autocast ------------------------------------------------------
 
 class DeviceMetaTensor(torch.Tensor):
-    """A meta tensor that reports its real device, so autocast treats it as eager would."""
+    """A meta tensor that reports its real device, so autocast treats it as eager would.
+    Made without requires_grad: ``_requiring_grad`` gives it the autograd history."""
 
     @staticmethod
     def __new__(cls, meta: torch.Tensor, device: torch.device):
         r = torch.Tensor._make_wrapper_subclass(
             cls, meta.shape, strides=meta.stride(), storage_offset=meta.storage_offset(), dtype=meta.dtype,
-            device=device, requires_grad=meta.requires_grad)
+            device=device, requires_grad=False)
         r.meta = meta
         return r
 
@@ -221,6 +224,63 @@ class DeviceMetaTensor(torch.Tensor):
             lambda v: DeviceMetaTensor(v, device) if isinstance(v, torch.Tensor) and v.device.type == "meta" else v, out)
 
 
+class _FactoriesOnMeta(TorchDispatchMode):
+    """Inside the metadata run, an op with no tensor argument that makes a tensor on a
+    device (``torch.empty(..., device=query.device)`` inside SDPA's causal mask, the
+    scalar ``torch.where`` wraps) makes metadata on that device, not a real tensor that
+    would then meet meta tensors."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Else torch wraps __torch_dispatch__ in a Dynamo-disabling wrapper that imports
+        # torch._dynamo on its first call; capture never runs under Dynamo.
+        return False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tensors: list = []
+        _flatten_tensors((args, kwargs), tensors)
+        if tensors or not any(a.name == "device" for a in func._schema.arguments):
+            return func(*args, **kwargs)
+        device = kwargs.get("device")
+        device = torch.device(device) if device is not None else _default_device()
+        if device.type == "meta":
+            return func(*args, **kwargs)
+        out = func(*args, **{**kwargs, "device": META})
+        return torch.utils._pytree.tree_map(
+            lambda v: DeviceMetaTensor(v, device) if isinstance(v, torch.Tensor) else v, out)
+
+
+def _default_device() -> torch.device:
+    return torch.get_default_device() if hasattr(torch, "get_default_device") else torch.device("cpu")
+
+
+class _WithHistory(torch.autograd.Function):
+    """``make()``'s tensor as the result of an autograd op: a non-leaf that requires grad.
+    Capture never runs its backward; autograd only needs to see the history, so that an
+    in-place op on an op's result is as legal as in eager (on a leaf it is not)."""
+
+    @staticmethod
+    def forward(ctx, anchor, make):
+        return make()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None, None
+
+
+def _history_anchor() -> torch.Tensor:
+    return torch.empty((), device="meta", requires_grad=True)
+
+
+def _requiring_grad(make, leaf: bool) -> torch.Tensor:
+    """A tensor from ``make()`` that requires grad, as a leaf or as an op's result."""
+    if leaf:
+        return make().requires_grad_(True)
+    with torch.enable_grad():
+        return _WithHistory.apply(_history_anchor(), make)
+
+
 def _flatten_tensors(value, out: list) -> None:
     """Meta tensors of an op's arguments, in the order record_op lists their devices."""
     if isinstance(value, torch.Tensor):
@@ -235,7 +295,10 @@ def _flatten_tensors(value, out: list) -> None:
 
 def _rewrap(value, devices: dict):
     if isinstance(value, torch.Tensor):
-        return DeviceMetaTensor(value, devices[id(value)])
+        device = devices[id(value)]
+        if not value.requires_grad:
+            return DeviceMetaTensor(value, device)
+        return _requiring_grad(lambda: DeviceMetaTensor(value, device), leaf=value.grad_fn is None)
     if isinstance(value, (tuple, list)):
         return type(value)(_rewrap(v, devices) for v in value)
     if isinstance(value, dict):
@@ -247,7 +310,9 @@ def _to_meta(value):
     if isinstance(value, DeviceMetaTensor):
         meta = value.meta
         if value.requires_grad and not meta.requires_grad:
-            meta = meta.detach().requires_grad_(True)
+            # The wrapper's autograd history lives on the wrapper; its meta tensor,
+            # made below autograd, gets the same leafness.
+            meta = _requiring_grad(meta.detach, leaf=value.grad_fn is None)
         return meta
     if isinstance(value, (tuple, list)) and not isinstance(value, torch.Size):
         items = [_to_meta(v) for v in value]
@@ -266,5 +331,6 @@ def run_under_autocast(blocks: list, run, args: tuple, kwargs: dict, devices: li
     with contextlib.ExitStack() as stack:
         for ctx in blocks:
             stack.enter_context(ctx.state.context())
+        stack.enter_context(_FactoriesOnMeta())
         result = run(_rewrap(args, by_id), _rewrap(kwargs, by_id))
     return _to_meta(result)

@@ -14,7 +14,7 @@ import weakref
 
 import torch
 
-from ..sources import AttrSource, ItemSource
+from ..sources import AttrSource, ItemSource, is_typing_form
 from .base import unsupported
 from .autocast import wrap_autocast_object
 from ..entry import CompiledFunction
@@ -62,7 +62,7 @@ def wrap_value(tx, value, source):
     if type(value) is dict or isinstance(value, dict) and type(value).__module__ == "collections":
         keys = tuple(value)
         if not all(is_constant_value(k) for k in keys):
-            unsupported("a dict input with non-constant keys")
+            return _wrap_dict_keyed_by_classes(tx, value, source)
         if guards:
             guards.dict_keys(source, type(value), keys)
         items = {k: wrap_value(tx, v, ItemSource(source, k) if source is not None else None)
@@ -79,6 +79,10 @@ def wrap_value(tx, value, source):
     if type(value) is _LIST_ITERATOR:
         return _wrap_list_iterator(tx, value, source)
     if isinstance(value, torch.nn.Module):
+        if guards and _made_per_call(tx, source):
+            # An identity guard would fail on every call: its attributes are guarded as read.
+            guards.type_is(source, type(value))
+            return NNModuleVariable(value, source, by_type=True)
         if guards:
             guards.identity(source, value)
         return NNModuleVariable(value, source)
@@ -107,6 +111,33 @@ def wrap_value(tx, value, source):
 
 
 _LIST_ITERATOR = type(iter([]))
+
+
+def _wrap_dict_keyed_by_classes(tx, value: dict, source):
+    """A dict whose keys are classes or typing forms (a table of validators by type), beside
+    constants: those keys are identity keys, and the key tuple is guarded by identity."""
+    from .containers import IdentityKey
+
+    if not all(is_constant_value(k) or isinstance(k, type) or is_typing_form(k) for k in value):
+        unsupported("a dict input with keys other than constants and classes")
+    if source is not None:
+        cls = tx.guards.consts.ref(type(value), type(value).__name__)
+        keys = "".join((repr(k) if is_constant_value(k) else tx.guards.consts.ref(k, "key")) + ", " for k in value)
+        tx.guards.add(source, f"type({{v}}) is {cls} and tuple({{v}}) == ({keys})",
+                      f"type({source.name()}) is {type(value).__qualname__} and keys == {list(value)!r}")
+    items = {}
+    for k, v in value.items():
+        key = k if is_constant_value(k) else IdentityKey(wrap_value(tx, k, None), k)
+        items[key] = wrap_value(tx, v, ItemSource(source, k) if source is not None else None)
+    return DictVariable(items, source=source, cls=type(value))
+
+
+def _made_per_call(tx, source) -> bool:
+    """Whether ``source`` is reached from a root parameter that holds an object made anew
+    on every call (a resume function's stack value or a local the break code rebuilt)."""
+    while source.parent is not None:
+        source = source.parent
+    return getattr(source, "param", None) in tx.fresh_parameters
 
 
 def _is_nested_function(value) -> bool:

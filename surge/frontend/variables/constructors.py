@@ -6,6 +6,7 @@ import contextlib
 import enum
 import functools
 import inspect
+import itertools
 import types
 
 import torch
@@ -40,6 +41,12 @@ def _default_dict(tx, factory=None, *rest, **kwargs):
     return d
 
 
+def _chain(tx, *iterables):
+    from .containers import IteratorVariable
+
+    return IteratorVariable([item for iterable in iterables for item in iterable.iterate(tx)])
+
+
 def _partial(tx, fn, *args, **kwargs):
     from .functions import PartialVariable
 
@@ -52,6 +59,7 @@ CLASS_RULES = {
     collections.OrderedDict: _ordered_dict,
     collections.defaultdict: _default_dict,
     functools.partial: _partial,
+    itertools.chain: _chain,
 }
 
 
@@ -70,7 +78,9 @@ def construct(tx, class_var, args, kwargs):
     if isinstance(cls, type) and issubclass(cls, enum.Enum):
         return ConstantVariable(cls(*[a.as_constant() for a in args]))
     if issubclass(cls, torch.nn.Module):
-        unsupported(f"creating a module ({cls.__qualname__}) inside compiled code")
+        from .frame_modules import construct_module
+
+        return construct_module(tx, cls, args, kwargs)
     if issubclass(cls, BaseException):
         from .objects import ExceptionVariable
 

@@ -10,6 +10,7 @@ import torch
 from torch.distributions.utils import lazy_property
 
 from ..sources import AttrSource, ConstSource, ModuleDictSource
+from .autograd_functions import AutogradFunctionApplyVariable
 from .attribute_hooks import ModuleGetattrVariable, call_getattr_hook, module_table_lookup, user_getattr_hook
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .constant import NONE, ConstantVariable
@@ -140,6 +141,8 @@ class ObjectVariable(Variable):
                 hasattr(type(static), "__set__") and not isinstance(static, types.FunctionType))):
             if isinstance(static, property):
                 return bind_class_attribute(tx, self, cls, name, static)
+            if isinstance(static, types.MemberDescriptorType) and self.child_source() and hasattr(self.obj, name):
+                return tx.wrap(getattr(self.obj, name), AttrSource(self.child_source(), name))  # a __slots__ entry
             unsupported(f"data descriptor {name!r} of {cls.__qualname__}")
         if name == "__dict__":
             unsupported(f"reading __dict__ of {cls.__qualname__}")
@@ -203,19 +206,20 @@ class UserObjectVariable(ObjectVariable):
 
 
 class NNModuleVariable(ObjectVariable):
-    """An nn.Module; identity-guarded, so its attributes are read through a constant."""
+    """An nn.Module; identity-guarded, its attributes read through a constant (``by_type``: made per call)."""
 
-    def __init__(self, module: torch.nn.Module, source):
+    def __init__(self, module: torch.nn.Module, source, by_type: bool = False):
         self.obj = module
         self.source = source
+        self.by_type = by_type
 
     @property
     def module(self):
         return self.obj
 
     def child_source(self):
-        if self.source is None:
-            return None
+        if self.source is None or self.by_type:
+            return self.source
         return ConstSource(self.obj, self.source.name())
 
     def getattr_fallback(self, tx, name):
@@ -586,6 +590,12 @@ class NewObjectVariable(Variable):
             unsupported(f"assigning data descriptor {name!r} of {self.cls.__qualname__}")
         self.attrs[name] = value
 
+    def call(self, tx, args, kwargs):
+        call = static_lookup(self.cls, "__call__")
+        if not isinstance(call, types.FunctionType):
+            unsupported(f"calling a {self.cls.__qualname__} object")
+        return bind_class_attribute(tx, self, self.cls, "__call__", call).call(tx, args, kwargs)
+
     def __repr__(self):
         return f"NewObjectVariable({self.cls.__qualname__})"
 
@@ -615,6 +625,8 @@ class ClassVariable(Variable):
         static = static_lookup(self.cls, name)
         if static is _MISSING:
             raise AttributeMissing(name)
+        if name == "apply" and issubclass(self.cls, torch.autograd.Function):
+            return AutogradFunctionApplyVariable(self.cls)
         if isinstance(static, classmethod):
             from .functions import UserFunctionVariable, UserMethodVariable
 
@@ -666,6 +678,8 @@ class SuperVariable(Variable):
                     return ObjectSlotVariable(self.self_var, name)
                 if klass is torch.nn.Module and name == "__getattr__" and isinstance(self.self_var, NNModuleVariable):
                     return ModuleGetattrVariable(self.self_var)
+                if klass is torch.nn.Module and hasattr(self.self_var, "module_base_method"):
+                    return self.self_var.module_base_method(tx, name)  # a module built in the frame
                 if isinstance(value, types.FunctionType) and value.__qualname__.startswith("Module.") \
                         and name != "forward":
                     unsupported(f"super().{name}() of nn.Module in compiled code")

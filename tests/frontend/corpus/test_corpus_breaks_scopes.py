@@ -347,9 +347,10 @@ PROGRAMS = {
     # into the user's handler.
     unbound_local_read_after_break_raises: (mat, (0, 2)),
     deleted_local_across_break: (mat, (1, 1)),
-    autograd_function_apply: (mat_grad, (2, 1)),
-    autograd_function_between_ops: (mat_grad, (2, 1)),
-    autograd_function_with_python_argument: (mat_grad, (2, 1)),
+    # One node calling apply: the function's own forward and backward run.
+    autograd_function_apply: (mat_grad, (1, 0)),
+    autograd_function_between_ops: (mat_grad, (1, 0)),
+    autograd_function_with_python_argument: (mat_grad, (1, 0)),
     custom_op_with_fake_kernel: (mat, (1, 0)),
     custom_op_without_fake_kernel: (mat, (2, 1)),
     custom_op_through_torch_ops: (mat, (1, 0)),
