@@ -69,7 +69,7 @@ def child(args) -> None:
     t2 = time.perf_counter()
     from surge.tools import timing, workloads
     from surge.tools.contenders import make_contender
-    from surge.tools.phases import phase_timer
+    from surge.observe.phases import phase_timer
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -7,7 +7,7 @@
 Generates the kernels of bench/triton_kernels.py's workloads at their GPU sizes
 (32768x4096 by default) on the meta device with the interpreter off, compiles each
 for sm_90 (H100/H200) with its default launch config and prints the SASS
-instruction mix per element a thread handles (``surge.codegen.triton.sass``).
+instruction mix per element a thread handles (``surge.tools.sass_mix``).
 
 A throughput model turns the mix into lower bounds: the kernel's elements times its
 instructions per element over the GPU's issue rate (132 SMs x 4 schedulers x 32
@@ -42,7 +42,7 @@ def workload_mixes(name: str, rows: int, cols: int, dtype, config: dict) -> list
     import torch._decomp
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from surge.codegen.triton.sass import graph_mixes
+    from surge.tools.sass_mix import graph_mixes
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     from triton_kernels import WORKLOADS as PROGRAMS
 
@@ -53,7 +53,7 @@ def workload_mixes(name: str, rows: int, cols: int, dtype, config: dict) -> list
 
 def model_ms(per_element: dict, elements: int, nbytes: int) -> dict:
     """Lower bounds (ms): issue slots, the busiest unit, bytes at copy bandwidth."""
-    from surge.codegen.triton.sass import GROUPS
+    from surge.tools.sass_mix import GROUPS
     issue = sum(per_element.values()) * elements / (SMS * SCHEDULERS * LANES * CLOCK_HZ) * 1e3
     units = {g: n * elements / (SMS * GROUPS.get(g, ((), 128))[1] * CLOCK_HZ) * 1e3 for g, n in per_element.items()}
     busiest = max(units, key=units.get)

@@ -6,6 +6,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from .frontend.markers import graph_break
 from .options import Options
 
 # Values of `mode` and `dynamic` that are implemented. Anything else is refused
@@ -30,7 +31,7 @@ def compile(
         )
     opts = build_options(backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode, options=options)
     from .frontend.entry import compile_callable
-    from .runtime.lazy_dynamo import defer_dynamo_import
+    from .frontend.lazy_dynamo import defer_dynamo_import
 
     defer_dynamo_import()  # capture runs torch's meta functions: keep them from importing Dynamo
 
@@ -71,8 +72,3 @@ def explain(fn_or_module, *, backend=None, options: Mapping[str, Any] | None = N
     from .frontend.explain import explain as explain_impl
 
     return explain_impl(fn_or_module, opts)
-
-
-def graph_break() -> None:
-    """Does nothing when run eagerly; inside compiled code it splits the graph there: the
-    code before it and the code after it are captured as separate graphs."""

@@ -20,10 +20,9 @@ import torch
 from .. import fallbacks, logs
 from ..errors import Unsupported
 from ..options import Options
-from ..runtime.graph_cache import CacheSpec
-from ..runtime.lazy_dynamo import defer_dynamo_import
-from ..tools.debug_dir import artifact_part, write_current
-from ..tools.phases import phase_timer
+from ..frontend.lazy_dynamo import defer_dynamo_import
+from ..observe.debug_dir import artifact_part, write_current
+from ..observe.phases import phase_timer
 from .causal_attention import use_causal_attention
 from .capture import _user_location, insert_copy_back, module_state, trace_program
 from .runtime import InferenceRunner, TrainingRunner
@@ -57,9 +56,11 @@ def trace_aten(gm: torch.fx.GraphModule, example_inputs, *, decompose: bool = Tr
 
 def aot_compile(gm: torch.fx.GraphModule, example_inputs, *, fw_compiler: Compiler,
                 bw_compiler: Compiler | None = None, options: Options | None = None,
-                cache: CacheSpec | None = None) -> Callable:
+                cache=None) -> Callable:
     """``cache``: look each variant up in the compiled-graph cache (and store it there)
-    before tracing; the compilers' results must then describe themselves (``artifact()``)."""
+    before tracing; the compilers' results must then describe themselves (``artifact()``).
+    The driver builds that cache (a ``CacheSpec`` of ``runtime/graph_cache.py``) and hands
+    it in; aot only calls its ``key``, ``load`` and ``store``."""
     defer_dynamo_import()  # the tracer's dispatch modes would import Dynamo on their first call
     compiled = AotCompiled(gm, fw_compiler, bw_compiler or fw_compiler, options or Options(), cache)
     compiled.variant_for(list(example_inputs) + compiled.state_values(), _autocast_state())
@@ -74,7 +75,7 @@ class AotCompiled:
     """The callable aot_compile returns; one compiled variant per grad-ness and autocast state."""
 
     def __init__(self, gm, fw_compiler: Compiler, bw_compiler: Compiler, options: Options,
-                 cache: CacheSpec | None = None):
+                 cache=None):
         self.gm = gm
         use_causal_attention(gm)   # before the cache key: the key is the rewritten graph's
         self.cache = cache

@@ -24,8 +24,8 @@ from ..counters import counters
 from ..errors import SurgeError
 from ..options import Options, default_cache_dir
 from ..runtime.graph_cache import CacheSpec
-from ..tools.debug_dir import write_current
-from ..tools.phases import phase_timer
+from ..observe.debug_dir import write_current
+from ..observe.phases import phase_timer
 
 
 class CompilerUnavailable(SurgeError):

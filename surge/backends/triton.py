@@ -19,8 +19,8 @@ from .. import fallbacks, logs
 from ..counters import counters
 from ..options import Options, default_cache_dir
 from ..runtime.graph_cache import CacheSpec
-from ..tools.debug_dir import write_current
-from ..tools.phases import phase_timer
+from ..observe.debug_dir import write_current
+from ..observe.phases import phase_timer
 
 PERSISTENT_REDUCTION_LIMIT = 8192   # rows up to this many elements are reduced in one tile
 

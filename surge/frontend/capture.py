@@ -19,8 +19,8 @@ import torch
 from .. import fallbacks, logs
 from ..counters import counters
 from ..errors import BackendCompilerFailed, InternalError, Unsupported
-from ..tools.debug_dir import source_of, write_current
-from ..tools.phases import phase_timer
+from ..observe.debug_dir import source_of, write_current
+from ..observe.phases import phase_timer
 from . import disk_cache
 from .backend_call import call_backend
 from .binding import bind_root

@@ -152,7 +152,7 @@ def _find_by_name(fn):
 
 def _compiled_again(fn_or_module, options: Options):
     """What a pickled compiled function or module loads as: compiled again, same options."""
-    from ..runtime.lazy_dynamo import defer_dynamo_import
+    from .lazy_dynamo import defer_dynamo_import
 
     defer_dynamo_import()  # as surge.compile does
     return compile_callable(fn_or_module, options)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..options import Options
-from ..tools.phases import phase_timer
+from ..observe.phases import phase_timer
 from .cache import private_cache
 from .entry import compile_callable
 

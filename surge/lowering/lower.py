@@ -16,7 +16,7 @@ import torch.fx
 
 from .. import logs
 from ..errors import SurgeError
-from ..tools.phases import phase_timer
+from ..observe.phases import phase_timer
 from . import matmul_padding, ops_index, ops_pointwise, ops_reduction, ops_view  # noqa: F401  (register rules)
 from .ir import (
     ComputedBuffer, ExternBuffer, GraphOutput, InputBuffer, Layout, LoopGraph, TensorArg,

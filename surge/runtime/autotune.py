@@ -16,7 +16,7 @@ import hashlib
 import json
 
 from .. import cache_store
-from ..tools.phases import phase_timer
+from ..observe.phases import phase_timer
 
 
 def next_power_of_2(n: int) -> int:

@@ -253,10 +253,9 @@ raise SystemExit(_worker_main())
 
 class _Worker:
     def __init__(self):
-        import surge
-
         env = dict(os.environ, TRITON_INTERPRET="0")
-        root = os.path.dirname(os.path.dirname(os.path.abspath(surge.__file__)))
+        # the folder holding the surge package (this file is surge/runtime/compile_pool.py)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
         cache_dir = _triton_cache_dir()
         if cache_dir:

@@ -9,7 +9,7 @@ import time
 from collections import Counter
 
 from .. import logs
-from ..tools.phases import phase_timer
+from ..observe.phases import phase_timer
 from . import autotune, binary_cache, compile_pool
 from .triton_mode import interpreting
 

@@ -5,7 +5,7 @@ import dataclasses
 
 from .. import logs
 from ..lowering.ir import LoopGraph
-from ..tools.phases import phase_timer
+from ..observe.phases import phase_timer
 from .fusion import fuse, mark_stores, name_groups
 from .groups import KernelGroup
 from .memory import MemoryPlan, plan_memory

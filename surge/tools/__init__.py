@@ -1,7 +1,6 @@
-"""What users see: the bench, the demo, and observability tools.
+"""What users see: the bench, the demo, the workloads they run.
 
-``phases.phase_timer`` (compile-time breakdown), ``debug_dir.write_artifact``
-(``SURGE_DEBUG_DIR``), ``progress`` (status line for long compiles on a
-terminal). The bench and demo modules import torch-heavy code lazily; importing
-this package is cheap.
+The observability helpers these use live in ``surge.observe`` (any layer may
+call them). The bench and demo modules import torch-heavy code lazily;
+importing this package is cheap.
 """

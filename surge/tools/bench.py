@@ -186,7 +186,7 @@ class _SurgeStructure:
 
     def __init__(self):
         from surge import counters
-        from .phases import phase_timer
+        from ..observe.phases import phase_timer
 
         self.counters = counters
         self.phase_timer = phase_timer

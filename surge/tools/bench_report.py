@@ -12,7 +12,7 @@ import platform
 import torch
 
 from .contenders import surge_backend_label
-from .phases import format_breakdown
+from ..observe.phases import format_breakdown
 from .timing import MAX_RATIO_SPREAD
 
 

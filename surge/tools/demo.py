@@ -21,8 +21,8 @@ import torch
 from . import timing
 from .bench import compare, graphs_made
 from ..options import Options
-from .debug_dir import read_artifacts
-from .phases import format_breakdown, phase_timer
+from ..observe.debug_dir import read_artifacts
+from ..observe.phases import format_breakdown, phase_timer
 
 PREVIEW_LINES = 25
 # Artifacts shown per graph, in pipeline order, with the heading each is shown under.

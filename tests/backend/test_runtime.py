@@ -6,7 +6,7 @@ import textwrap
 
 import torch
 
-from surge.tools.debug_dir import read_artifacts
+from surge.observe.debug_dir import read_artifacts
 
 from .helpers import compile_fn, randn
 

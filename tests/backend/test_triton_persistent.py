@@ -170,7 +170,7 @@ def test_erf_and_gelu_match_eager_in_fp16_and_bf16():
 _COUNT_SASS = '''
 import json, sys, torch, torch._decomp, torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
-from surge.codegen.triton.sass import graph_mixes
+from surge.tools.sass_mix import graph_mixes
 
 def layer_norm_gelu(x, w, b):
     return F.gelu(F.layer_norm(x, (x.shape[-1],), w, b))

@@ -3,7 +3,7 @@ import os
 import pytest
 
 from surge.options import Options
-from surge.tools.debug_dir import read_artifacts, unique_graph_name, write_artifact
+from surge.observe.debug_dir import read_artifacts, unique_graph_name, write_artifact
 
 
 def test_nothing_is_written_without_a_debug_dir(tmp_path):

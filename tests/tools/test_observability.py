@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import surge
-from surge.tools.debug_dir import INDEX_FILE
+from surge.observe.debug_dir import INDEX_FILE
 from surge.tools.workloads import layernorm_gelu, seed_block
 
 

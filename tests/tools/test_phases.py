@@ -2,7 +2,7 @@ import time
 
 import pytest
 
-from surge.tools.phases import PHASES, PhaseTimer, format_breakdown
+from surge.observe.phases import PHASES, PhaseTimer, format_breakdown
 
 
 def spin(seconds):

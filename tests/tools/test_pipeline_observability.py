@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import surge
-from surge.tools import progress
-from surge.tools.debug_dir import read_artifacts
+from surge.observe import progress
+from surge.observe.debug_dir import read_artifacts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -82,7 +82,7 @@ def test_explain_and_perf_channel_show_each_compile_by_phase(monkeypatch, capsys
 
 TRITON_SCRIPT = """
 import json, torch, surge
-from surge.tools.phases import phase_timer
+from surge.observe.phases import phase_timer
 from tests.tools.test_pipeline_observability import check_training_step, mlp, scaled_tanh
 compiled = surge.compile(mlp, backend="triton")
 check_training_step(compiled, seed=0)

@@ -1,8 +1,8 @@
 import io
 import time
 
-from surge.tools import progress
-from surge.tools.phases import CompileRecord
+from surge.observe import progress
+from surge.observe.phases import CompileRecord
 
 
 def test_long_compile_shows_its_phase_and_a_final_line(monkeypatch):

@@ -14,7 +14,7 @@ import hashlib
 import re
 
 from ...schedule.groups import KernelGroup
-from ...tools.phases import phase_timer
+from ...observe.phases import phase_timer
 from ...schedule.scheduler import Schedule
 from ..common import prepare_kernel
 from ..wrapper import generate_wrapper

@@ -15,6 +15,7 @@ import types
 import torch
 
 from ...registry import rule_registrar
+from ..markers import graph_break
 from .base import (
     AttributeMissing, KnownCallableVariable, raise_in_user_code, unsupported,
 )
@@ -178,14 +179,14 @@ def _object_setattr(tx, obj, name, value):
     return NONE
 
 
-@builtin(__import__("surge").api.graph_break)
+@builtin(graph_break)
 def _graph_break(tx):
     unsupported("graph break requested (surge.graph_break())")
 
 
 # torch.compile's graph_break(), in code written for torch.compile: a break as
 # surge.graph_break() is. Known by module and name, and only once the user's code has
-# imported it: surge never imports torch._dynamo itself (runtime/lazy_dynamo.py).
+# imported it: surge never imports torch._dynamo itself (frontend/lazy_dynamo.py).
 _DYNAMO_GRAPH_BREAK = ("torch._dynamo.decorators", "graph_break")
 
 

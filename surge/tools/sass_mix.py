@@ -100,9 +100,9 @@ def innermost_loop(instructions: list) -> list | None:
 
 def compile_for_sm90(ks, config: dict, folder: str):
     """Triton's compiled kernel of a ``KernelSource`` for sm_90."""
-    from ...runtime import compile_pool
-    from .module import kernel_file_text
-    from .ops import POINTER_TYPES
+    from ..codegen.triton.module import kernel_file_text
+    from ..codegen.triton.ops import POINTER_TYPES
+    from ..runtime import compile_pool
 
     dtype_of = {ptr: str(dtype).replace("torch.", "") for dtype, ptr in POINTER_TYPES.items()}
     path = os.path.join(folder, f"{ks.name}_{abs(hash(ks.source)):x}.py")
@@ -133,11 +133,11 @@ def kernel_mix(ks, config: dict, folder: str) -> dict:
 def graph_mixes(aten_gm, example_inputs, config: dict | None = None) -> list:
     """Each kernel of an ATen graph (inputs may be meta tensors: nothing runs) generated as
     for a GPU and counted at its default launch config (``config`` entries override it)."""
-    from ...lowering.lower import lower_graph
-    from ...runtime.autotune import candidate_configs
-    from ...runtime.triton_mode import interpreting
-    from ...schedule import schedule_graph
-    from .module import generate_module
+    from ..codegen.triton.module import generate_module
+    from ..lowering.lower import lower_graph
+    from ..runtime.autotune import candidate_configs
+    from ..runtime.triton_mode import interpreting
+    from ..schedule import schedule_graph
 
     if interpreting():
         raise RuntimeError("counting SASS needs Triton's compiled mode (TRITON_INTERPRET=0)")

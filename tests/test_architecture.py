@@ -1,0 +1,261 @@
+"""The layer map of DESIGN.md, checked on the source: import directions and module sizes.
+
+Tiers, highest first: top > driver > stages > library > ground. A module imports its own
+tier and the tiers below it; inside the stages tier, a stage imports itself and earlier
+stages (frontend < aot < lowering < schedule < codegen < runtime), never a later one.
+Every import counts: module level or inside a function, under ``TYPE_CHECKING`` or not,
+relative or absolute, and ``importlib.import_module("surge....")`` with a literal name.
+
+The known exceptions below can only shrink: an entry that no longer occurs fails the test
+too, so that it is removed with the code that made it.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import pathlib
+
+SURGE = pathlib.Path(__file__).resolve().parent.parent / "surge"
+MAX_MODULE_LINES = 800
+
+TOP, DRIVER, STAGES, LIBRARY, GROUND = 4, 3, 2, 1, 0
+TIER_NAMES = {TOP: "top", DRIVER: "driver", STAGES: "stages", LIBRARY: "library", GROUND: "ground"}
+STAGE_ORDER = ("frontend", "aot", "lowering", "schedule", "codegen", "runtime")
+
+# Where each part of surge/ sits: a dotted module name under ``surge`` or a package prefix
+# (which covers its submodules; the root ``surge`` covers only surge/__init__.py). A new
+# top-level module or package must be placed here.
+LAYER_MAP = {
+    "surge": TOP,  # surge/__init__.py: the public names
+    "surge.__main__": TOP,
+    "surge.api": TOP,
+    "surge.tools": TOP,
+    "surge.models": TOP,
+    "surge.backends": DRIVER,
+    **{f"surge.{stage}": STAGES for stage in STAGE_ORDER},
+    "surge.passes": LIBRARY,
+    "surge.options": GROUND,
+    "surge.errors": GROUND,
+    "surge.registry": GROUND,
+    "surge.logs": GROUND,
+    "surge.counters": GROUND,
+    "surge.fallbacks": GROUND,
+    "surge.observe": GROUND,
+    "surge.cache_store": GROUND,  # the one disk-cache helper
+}
+
+# (importing module, imported module): why it is allowed for now, and what removes it.
+KNOWN_IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
+    # The frontend resolves the backend itself. DESIGN: "the backend callable is resolved by
+    # the top tier and handed in". Removed when surge.api hands the frontend the resolved
+    # callable together with its name for messages and its before-capture hook.
+    ("surge.frontend.entry", "surge.backends"): "lookup_backend: a name or callable -> backend",
+    ("surge.frontend.cache", "surge.backends"): "before_capture: the backend's warm-up hook",
+    ("surge.frontend.backend_call", "surge.backends"):
+        "describe_backend and PROTOCOL: the backend's registered name and the protocol text "
+        "in BackendCompilerFailed messages",
+    # Triton codegen asks whether Triton runs interpreted (bf16 casts and stores round
+    # through _to_bf16_rtne under the interpreter). Removed when the Target carries that
+    # fact (DESIGN, contract 3).
+    ("surge.codegen.triton.kernel", "surge.runtime.triton_mode"): "interpreting() for bf16 rounding",
+    # generate_module starts the kernel compile workers while it writes the module, so that
+    # compiles overlap codegen. Removed when the Triton backend (driver) starts them around
+    # its codegen call, with the Target saying whether kernels compile or are interpreted.
+    ("surge.codegen.triton.module", "surge.runtime.compile_pool"): "start_workers() during codegen",
+    ("surge.codegen.triton.module", "surge.runtime.triton_mode"): "interpreting(): whether to start them",
+}
+
+# module: why it may stay over MAX_MODULE_LINES for now, and how it would be split.
+KNOWN_LARGE_MODULES: dict[str, str] = {
+    # Several open changes to capture edit it at once. Split by moving the nn.Module
+    # variables (NNModuleVariable, ModuleSliceVariable, ModuleMethodVariable and the
+    # _module_* method rules) to a variables/nn_modules.py of their own.
+    "surge.frontend.variables.objects": "objects, nn.Modules, classes, super() and modules in one",
+}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(SURGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@functools.cache
+def _surge_modules() -> dict[str, pathlib.Path]:
+    return {_module_name(p): p for p in sorted(SURGE.rglob("*.py"))}
+
+
+def _placement(module: str) -> tuple[int, int] | None:
+    """(tier, stage index) of a surge module from the longest matching map entry.
+
+    ``surge`` itself names only surge/__init__.py, not everything under it."""
+    if module == "surge":
+        return LAYER_MAP["surge"], 0
+    parts = module.split(".")
+    for end in range(len(parts), 1, -1):
+        tier = LAYER_MAP.get(".".join(parts[:end]))
+        if tier is not None:
+            stage = STAGE_ORDER.index(parts[1]) if tier == STAGES else 0
+            return tier, stage
+    return None
+
+
+def _describe(module: str) -> str:
+    tier, stage = _placement(module)
+    return STAGE_ORDER[stage] if tier == STAGES else TIER_NAMES[tier]
+
+
+def _resolve_from(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from ... import`` names before its imported names."""
+    if node.level == 0:
+        return node.module or ""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _literal_import_module(node: ast.Call) -> str | None:
+    """The name in ``importlib.import_module("...")`` / ``__import__("...")`` with a literal."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if name not in ("import_module", "__import__") or not node.args:
+        return None
+    first = node.args[0]
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+        return first.value
+    return None
+
+
+def _imports(module: str, source: str, is_package: bool, known: set[str], filename: str = ""):
+    """Yield (line, imported module) for every import the module's source makes."""
+    for node in ast.walk(ast.parse(source, filename=filename)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve_from(module, is_package, node)
+            for alias in node.names:
+                # ``from pkg import sub`` imports the submodule when there is one.
+                submodule = f"{base}.{alias.name}"
+                yield node.lineno, submodule if submodule in known else base
+        elif isinstance(node, ast.Call):
+            name = _literal_import_module(node)
+            if name is not None:
+                yield node.lineno, name
+
+
+def _surge_imports():
+    """(importer, line, imported) for every import of a surge module inside surge/."""
+    modules = _surge_modules()
+    known = set(modules)
+    for module, path in modules.items():
+        source, is_package = path.read_text(), path.name == "__init__.py"
+        for line, target in _imports(module, source, is_package, known, str(path)):
+            if target == "surge" or target.startswith("surge."):
+                yield module, line, target
+
+
+def _goes_up(importer: str, target: str) -> bool:
+    (tier_from, stage_from), (tier_to, stage_to) = _placement(importer), _placement(target)
+    if tier_to != tier_from:
+        return tier_to > tier_from
+    return tier_from == STAGES and stage_to > stage_from
+
+
+SCANNER_EXAMPLE = """
+import importlib
+from typing import TYPE_CHECKING
+
+import torch
+import surge.lowering.ir
+from . import sizes
+from ..codegen import wrapper
+from ..errors import Unsupported
+
+if TYPE_CHECKING:
+    from ..runtime.launcher import Launcher
+
+
+def later():
+    from ..schedule.groups import KernelGroup
+    return importlib.import_module("surge.backends.cpp")
+"""
+
+
+def test_the_scanner_sees_every_kind_of_import_and_judges_its_direction():
+    known = {"surge.lowering.sizes", "surge.lowering.ir", "surge.codegen.wrapper"}
+    found = sorted(_imports("surge.lowering.example", SCANNER_EXAMPLE, False, known))
+    assert found == [(2, "importlib"), (3, "typing"), (5, "torch"), (6, "surge.lowering.ir"),
+                     (7, "surge.lowering.sizes"), (8, "surge.codegen.wrapper"), (9, "surge.errors"),
+                     (12, "surge.runtime.launcher"), (16, "surge.schedule.groups"),
+                     (17, "surge.backends.cpp")]
+    up = [target for _, target in found
+          if target.startswith("surge.") and _goes_up("surge.lowering.example", target)]
+    assert up == ["surge.codegen.wrapper", "surge.runtime.launcher", "surge.schedule.groups",
+                  "surge.backends.cpp"]
+    # In a package's __init__, one dot is the package itself.
+    package_import = ast.parse("from .markers import graph_break").body[0]
+    assert _resolve_from("surge.frontend", True, package_import) == "surge.frontend.markers"
+    assert _resolve_from("surge.frontend.entry", False, package_import) == "surge.frontend.markers"
+    assert _placement("surge.observe.phases") == (GROUND, 0)
+    assert _placement("surge.frontend.variables.builtins") == (STAGES, 0)
+    assert _placement("surge.not_in_the_map") is None
+    assert not _goes_up("surge.tools.demo", "surge.observe.phases")
+    assert _goes_up("surge.observe.phases", "surge.tools.progress")
+    assert _goes_up("surge.passes.dce", "surge.aot.capture")
+    assert not _goes_up("surge.runtime.launcher", "surge.frontend.markers")
+
+
+def test_every_module_is_placed_in_the_layer_map():
+    unplaced = sorted(m for m in _surge_modules() if _placement(m) is None)
+    assert not unplaced, (
+        "modules outside the layer map; place them in LAYER_MAP of tests/test_architecture.py "
+        "(see DESIGN.md, 'The pipeline and where it lives'):\n  " + "\n  ".join(unplaced)
+    )
+
+
+def test_imports_go_down_the_tiers_and_forward_through_the_stages():
+    found: dict[tuple[str, str], set[str]] = {}
+    for importer, line, target in _surge_imports():
+        if _placement(importer) and _placement(target) and _goes_up(importer, target):
+            found.setdefault((importer, target), set()).add(
+                f"{_modules_path(importer)}:{line} -> {target} "
+                f"({_describe(importer)} imports {_describe(target)})"
+            )
+    new = [site for pair, sites in sorted(found.items()) if pair not in KNOWN_IMPORT_EXCEPTIONS
+           for site in sorted(sites, key=_by_file_and_line)]
+    stale = sorted(pair for pair in KNOWN_IMPORT_EXCEPTIONS if pair not in found)
+    message = []
+    if new:
+        message.append("imports against the layer order of DESIGN.md:\n  " + "\n  ".join(new))
+    if stale:
+        message.append("known exceptions that no longer occur; remove them from "
+                       "KNOWN_IMPORT_EXCEPTIONS:\n  "
+                       + "\n  ".join(f"{a} -> {b}" for a, b in stale))
+    assert not message, "\n".join(message)
+
+
+def test_modules_stay_small():
+    sizes = {m: len(p.read_text().splitlines()) for m, p in _surge_modules().items()}
+    large = sorted(m for m, n in sizes.items() if n > MAX_MODULE_LINES)
+    new = [f"{_modules_path(m)}: {sizes[m]} lines" for m in large if m not in KNOWN_LARGE_MODULES]
+    stale = sorted(set(KNOWN_LARGE_MODULES) - set(large))
+    message = []
+    if new:
+        message.append(f"modules over {MAX_MODULE_LINES} lines; split them by concept:\n  "
+                       + "\n  ".join(new))
+    if stale:
+        message.append("modules no longer over the limit; remove them from "
+                       "KNOWN_LARGE_MODULES:\n  " + "\n  ".join(stale))
+    assert not message, "\n".join(message)
+
+
+def _by_file_and_line(site: str) -> tuple[str, int]:
+    where = site.split(" ", 1)[0]
+    path, line = where.rsplit(":", 1)
+    return path, int(line)
+
+
+def _modules_path(module: str) -> str:
+    return str(_surge_modules()[module].relative_to(SURGE.parent))
