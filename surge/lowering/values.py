@@ -75,6 +75,8 @@ def scalar_of(value, dtype: torch.dtype):
     (as a C cast does), so code generators render a literal of the type it meets."""
     if dtype.is_floating_point:
         return float(value)
+    if dtype.is_complex:  # no code generator renders these: the backend refuses the dtype by name
+        return complex(value)
     if dtype == torch.bool:
         return bool(value)
     value = int(value)
