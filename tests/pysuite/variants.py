@@ -1,0 +1,148 @@
+"""The ways a test method is run: each variant turns the method into a callable
+taking the test instance, once for the eager run and once compiled by surge.
+
+- ``plain``: the method itself is the compiled frame (``surge.compile(method)``).
+  Most of CPython's tests do no tensor work, so this exercises the frontend's
+  Python semantics: surge captures no graph, breaks where it must, and every
+  observable result has to be eager's.
+- ``graph``: a driver does tensor work before and after calling the method, so
+  the method runs inlined into a frame that has a graph, with tensors alive across
+  its graph breaks; the driver's tensor result is checked too.
+- ``tensor_int``: the method's source is rewritten so that small integer literals
+  are read from 0-d tensors (``int(torch.tensor(3).add(0))``): every one is a
+  graph with a data-dependent break after it, in the middle of the test's logic.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+import types
+from typing import Callable
+
+import torch
+
+import surge
+
+VARIANTS = ("plain", "graph", "tensor_int")
+BACKEND = "eager"
+# tensor_int rewrites at most this many literals per method: every one is a graph
+# break, and a break in a loop body is taken on each iteration.
+MAX_TENSOR_INTS = 8
+
+
+class VariantUnavailable(Exception):
+    """This variant cannot be built for this method (e.g. no parseable source)."""
+
+
+def build(variant: str, fn: Callable, compiled: bool) -> Callable:
+    """A callable(test_instance) running ``fn`` as ``variant``, compiled or eager."""
+    if variant == "plain":
+        return surge.compile(fn, backend=BACKEND) if compiled else fn
+    if variant == "graph":
+        return _with_tensor_work(fn, compiled)
+    if variant == "tensor_int":
+        rewritten = rewrite_int_literals(fn)
+        return surge.compile(rewritten, backend=BACKEND) if compiled else rewritten
+    raise ValueError(f"unknown variant {variant!r}; known: {VARIANTS}")
+
+
+def _with_tensor_work(fn: Callable, compiled: bool) -> Callable:
+    def with_tensor_work(test, x):
+        y = torch.sin(x)
+        fn(test)
+        return y * 2 + x
+
+    driver = surge.compile(with_tensor_work, backend=BACKEND) if compiled else with_tensor_work
+
+    def run(test):
+        x = torch.randn(3)
+        out = driver(test, x)
+        expected = torch.sin(x) * 2 + x
+        if not torch.allclose(out, expected):
+            raise AssertionError(f"the driver's tensor result {out} != {expected}")
+
+    return run
+
+
+class _IntLiterals(ast.NodeTransformer):
+    """Small int literals -> ``int(torch.tensor(N).add(0))``, outside match patterns
+    and f-string format specs (which must stay literals)."""
+
+    def __init__(self, limit: int):
+        self.left = limit
+
+    def visit_match_case(self, node):
+        node.body = [self.visit(stmt) for stmt in node.body]
+        if node.guard is not None:
+            node.guard = self.visit(node.guard)
+        return node
+
+    def visit_FormattedValue(self, node):
+        node.value = self.visit(node.value)
+        return node
+
+    def visit_Constant(self, node):
+        value = node.value
+        if type(value) is not int or not 0 <= value <= 9 or self.left <= 0:
+            return node
+        self.left -= 1
+        tensor = ast.parse(f"int(torch.tensor({value}).add(0))", mode="eval").body
+        return _relocate(tensor, node)
+
+
+def _relocate(tree: ast.AST, at: ast.AST) -> ast.AST:
+    for sub in ast.walk(tree):
+        for field in ("lineno", "col_offset", "end_lineno", "end_col_offset"):
+            if hasattr(at, field):
+                setattr(sub, field, getattr(at, field))
+    return tree
+
+
+def rewrite_int_literals(fn: Callable) -> Callable:
+    """``fn`` recompiled from its source with small int literals read from tensors. The
+    new function shares ``fn``'s globals (so ``global`` statements act on the real
+    module) and gets ``fn``'s closure cells (``__class__`` for ``super()``) and
+    ``torch`` through an enclosing function."""
+    if not isinstance(fn, types.FunctionType) or hasattr(fn, "__wrapped__"):
+        raise VariantUnavailable("not a plain function (decorated)")
+    try:
+        lines, first_line = inspect.getsourcelines(fn)
+    except (OSError, TypeError) as e:
+        raise VariantUnavailable(f"no source: {e}") from None
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    func = tree.body[0]
+    if not isinstance(func, ast.FunctionDef) or func.name != fn.__name__:
+        raise VariantUnavailable("source is not a single def")
+    func.decorator_list = []
+    transformer = _IntLiterals(MAX_TENSOR_INTS)
+    func = transformer.visit(func)
+    if transformer.left == MAX_TENSOR_INTS:
+        raise VariantUnavailable("no small int literal to rewrite")
+    ast.increment_lineno(tree, first_line - 1)
+    cell_names = ["torch", *fn.__code__.co_freevars]
+    outer = ast.FunctionDef(
+        name="_outer", args=ast.arguments([], [ast.arg(n) for n in cell_names], None, [], [], None, []),
+        body=[func, ast.Return(ast.Name(fn.__name__, ast.Load()))], decorator_list=[], returns=None,
+        type_params=[],
+    )
+    module = ast.Module([_relocate_stmt(outer, func)], [])
+    ast.fix_missing_locations(module)
+    namespace: dict = {}
+    code = compile(module, inspect.getsourcefile(fn) or "<rewritten>", "exec")
+    exec(code, fn.__globals__, namespace)
+    cells = [c.cell_contents for c in (fn.__closure__ or ())]
+    new = namespace["_outer"](torch, *cells)
+    new.__qualname__ = fn.__qualname__
+    new.__defaults__ = fn.__defaults__
+    new.__kwdefaults__ = fn.__kwdefaults__
+    return new
+
+
+def _relocate_stmt(outer: ast.FunctionDef, at: ast.AST) -> ast.FunctionDef:
+    outer.lineno, outer.col_offset = at.lineno, 0
+    outer.end_lineno, outer.end_col_offset = at.end_lineno, 0
+    for stmt in outer.body[1:]:
+        stmt.lineno = stmt.end_lineno = at.end_lineno
+        stmt.col_offset = stmt.end_col_offset = 0
+    return outer
