@@ -5,9 +5,10 @@ taking the test instance, once for the eager run and once compiled by surge.
   Most of CPython's tests do no tensor work, so this exercises the frontend's
   Python semantics: surge captures no graph, breaks where it must, and every
   observable result has to be eager's.
-- ``graph``: a driver does tensor work before and after calling the method, so
-  the method runs inlined into a frame that has a graph, with tensors alive across
-  its graph breaks; the driver's tensor result is checked too.
+- ``graph``: the method's source is rewritten to start with tensor work
+  (``torch.sin``) and to end by appending a tensor computed from it to a list
+  the runner checks: the method's Python runs in a frame that has a graph, with a
+  tensor alive across its graph breaks, and the list is a side effect to replay.
 - ``tensor_int``: the method's source is rewritten so that small integer literals
   are read from 0-d tensors (``int(torch.tensor(3).add(0))``): every one is a
   graph with a data-dependent break after it, in the middle of the test's logic.
@@ -42,25 +43,41 @@ def build(variant: str, fn: Callable, compiled: bool) -> Callable:
     if variant == "graph":
         return _with_tensor_work(fn, compiled)
     if variant == "tensor_int":
-        rewritten = rewrite_int_literals(fn)
+        transformer = _IntLiterals(MAX_TENSOR_INTS)
+        rewritten = rewrite_method(fn, transformer.visit)
+        if transformer.left == MAX_TENSOR_INTS:
+            raise VariantUnavailable("no small int literal to rewrite")
         return surge.compile(rewritten, backend=BACKEND) if compiled else rewritten
     raise ValueError(f"unknown variant {variant!r}; known: {VARIANTS}")
 
 
-def _with_tensor_work(fn: Callable, compiled: bool) -> Callable:
-    def with_tensor_work(test, x):
-        y = torch.sin(x)
-        fn(test)
-        return y * 2 + x
+_PROLOGUE = "_surge_t = torch.sin(torch.arange(3.0))"
+_EPILOGUE = "_surge_seen.append(_surge_t + 1)"
 
-    driver = surge.compile(with_tensor_work, backend=BACKEND) if compiled else with_tensor_work
+
+def _with_tensor_work(fn: Callable, compiled: bool) -> Callable:
+    seen: list = []
+
+    def add_tensor_work(func: ast.FunctionDef) -> ast.FunctionDef:
+        body = func.body
+        docstring = body[:1] if body and isinstance(body[0], ast.Expr) and isinstance(
+            body[0].value, ast.Constant) else []
+        prologue = _relocate(ast.parse(_PROLOGUE).body[0], body[0])
+        epilogue = _relocate(ast.parse(_EPILOGUE).body[0], body[-1])
+        func.body = [*docstring, prologue, *body[len(docstring):], epilogue]
+        return func
+
+    rewritten = rewrite_method(fn, add_tensor_work, _surge_seen=seen)
+    target = surge.compile(rewritten, backend=BACKEND) if compiled else rewritten
+    expected = torch.sin(torch.arange(3.0)) + 1
 
     def run(test):
-        x = torch.randn(3)
-        out = driver(test, x)
-        expected = torch.sin(x) * 2 + x
-        if not torch.allclose(out, expected):
-            raise AssertionError(f"the driver's tensor result {out} != {expected}")
+        seen.clear()
+        try:
+            return target(test)
+        finally:
+            if any(not torch.equal(t, expected) for t in seen) or len(seen) > 1:
+                raise AssertionError(f"the tensor the method appended: {seen} != [{expected}]")
 
     return run
 
@@ -99,11 +116,12 @@ def _relocate(tree: ast.AST, at: ast.AST) -> ast.AST:
     return tree
 
 
-def rewrite_int_literals(fn: Callable) -> Callable:
-    """``fn`` recompiled from its source with small int literals read from tensors. The
-    new function shares ``fn``'s globals (so ``global`` statements act on the real
-    module) and gets ``fn``'s closure cells (``__class__`` for ``super()``) and
-    ``torch`` through an enclosing function."""
+def rewrite_method(fn: Callable, transform: Callable[[ast.FunctionDef], ast.FunctionDef],
+                   **extra_cells) -> Callable:
+    """``fn`` recompiled from its source after ``transform`` of its ``def``. The new
+    function shares ``fn``'s globals (so ``global`` statements act on the real module),
+    keeps its line numbers, and gets ``fn``'s closure cells (``__class__`` for
+    ``super()``), ``torch`` and ``extra_cells`` through an enclosing function."""
     if not isinstance(fn, types.FunctionType) or hasattr(fn, "__wrapped__"):
         raise VariantUnavailable("not a plain function (decorated)")
     try:
@@ -115,12 +133,9 @@ def rewrite_int_literals(fn: Callable) -> Callable:
     if not isinstance(func, ast.FunctionDef) or func.name != fn.__name__:
         raise VariantUnavailable("source is not a single def")
     func.decorator_list = []
-    transformer = _IntLiterals(MAX_TENSOR_INTS)
-    func = transformer.visit(func)
-    if transformer.left == MAX_TENSOR_INTS:
-        raise VariantUnavailable("no small int literal to rewrite")
     ast.increment_lineno(tree, first_line - 1)
-    cell_names = ["torch", *fn.__code__.co_freevars]
+    func = transform(func)
+    cell_names = ["torch", *extra_cells, *fn.__code__.co_freevars]
     outer = ast.FunctionDef(
         name="_outer", args=ast.arguments([], [ast.arg(n) for n in cell_names], None, [], [], None, []),
         body=[func, ast.Return(ast.Name(fn.__name__, ast.Load()))], decorator_list=[], returns=None,
@@ -129,10 +144,9 @@ def rewrite_int_literals(fn: Callable) -> Callable:
     module = ast.Module([_relocate_stmt(outer, func)], [])
     ast.fix_missing_locations(module)
     namespace: dict = {}
-    code = compile(module, inspect.getsourcefile(fn) or "<rewritten>", "exec")
-    exec(code, fn.__globals__, namespace)
+    exec(compile(module, inspect.getsourcefile(fn) or "<rewritten>", "exec"), fn.__globals__, namespace)
     cells = [c.cell_contents for c in (fn.__closure__ or ())]
-    new = namespace["_outer"](torch, *cells)
+    new = namespace["_outer"](torch, *extra_cells.values(), *cells)
     new.__qualname__ = fn.__qualname__
     new.__defaults__ = fn.__defaults__
     new.__kwdefaults__ = fn.__kwdefaults__
