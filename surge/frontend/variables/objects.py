@@ -615,18 +615,23 @@ class ClassVariable(Variable):
         static = static_lookup(self.cls, name)
         if static is _MISSING:
             raise AttributeMissing(name)
+        own_source = AttrSource(ConstSource(self.cls, self.cls.__qualname__), name) \
+            if self.source is not None and not is_torch_library_code(self.cls) else None
         if isinstance(static, classmethod):
             from .functions import UserFunctionVariable, UserMethodVariable
 
+            if own_source is not None:  # guards the function behind the bound method
+                tx.wrap(getattr(self.cls, name), own_source)
             return UserMethodVariable(UserFunctionVariable(static.__func__), self)
+        if isinstance(static, (staticmethod, types.FunctionType)) and own_source is not None:
+            # Guarded like any class attribute: a method replaced on the class recompiles.
+            return tx.wrap(getattr(self.cls, name), own_source)
         if isinstance(static, staticmethod):
             return tx.wrap(static.__func__, None)
         if isinstance(static, types.FunctionType):
             from .functions import UserFunctionVariable
 
             return UserFunctionVariable(static)
-        own_source = AttrSource(ConstSource(self.cls, self.cls.__qualname__), name) \
-            if self.source is not None and not is_torch_library_code(self.cls) else None
         return tx.wrap(getattr(self.cls, name), own_source)
 
     def call(self, tx, args, kwargs):
