@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     records = []
 
     def progress(record):
-        if args.v or record.status in ("differs", "unstable"):
+        if args.v or record.status in ("differs", "unstable", "timeout", "runner-error"):
             print(record.line(), flush=True)
 
     start = time.perf_counter()

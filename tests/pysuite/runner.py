@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import doctest
 import importlib
 import io
 import os
@@ -30,7 +31,7 @@ class Record:
     module: str
     test: str                  # Class.method
     variant: str
-    status: str                # same / differs / skipped / unstable / slow-eager
+    status: str                # same / differs / timeout / skipped / unstable / slow-eager / runner-error
     reason: str = ""           # why skipped
     eager: Outcome | None = None
     compiled: Outcome | None = None
@@ -110,7 +111,8 @@ def iter_test_methods(module) -> list[tuple[type, str]]:
         for item in suite:
             if isinstance(item, unittest.TestSuite):
                 walk(item)
-            elif isinstance(item, unittest.TestCase):
+            elif isinstance(item, unittest.TestCase) and not isinstance(
+                    item, (doctest.DocTestCase, unittest.FunctionTestCase)):
                 name = getattr(item, "_testMethodName", None)
                 key = (type(item), name)
                 if name and callable(getattr(type(item), name, None)) and key not in seen:
@@ -137,7 +139,10 @@ def compare_method(module_name, cls, name, variant, limits: Limits) -> Record:
     delta = {k: surge.counters[k] - before.get(k, 0) for k in ("fallbacks", "graph_breaks", "graphs")}
     surge.reset()
     record = Record(module_name, test_id, variant, "same", eager=eager, compiled=compiled, **delta)
-    if compiled.key() != eager.key():
+    if compiled.verdict.kind == "timeout":
+        record.status = "timeout"
+        record.reason = f"over {limits.compiled_seconds} s compiled, {eager.seconds:.2f} s eagerly"
+    elif compiled.key() != eager.key():
         again = run_once(cls, name, eager_body, limits.eager_seconds)
         record.status = "differs" if again.key() == eager.key() else "unstable"
     return record
@@ -177,7 +182,11 @@ def run_module(module_name: str, variant_names=variants.VARIANTS, limits: Limits
                     if reason:
                         record = Record(module_name, f"{cls.__name__}.{name}", variant, "skipped", reason)
                     else:
-                        record = compare_method(module_name, cls, name, variant, limits)
+                        try:
+                            record = compare_method(module_name, cls, name, variant, limits)
+                        except Exception as e:  # noqa: BLE001 - a runner bug: reported per test
+                            record = Record(module_name, f"{cls.__name__}.{name}", variant, "runner-error",
+                                            f"{type(e).__name__}: {e}")
                     records.append(record)
                     if progress:
                         progress(record)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import textwrap
 import types
 from typing import Callable
 
@@ -128,12 +127,17 @@ def rewrite_method(fn: Callable, transform: Callable[[ast.FunctionDef], ast.Func
         lines, first_line = inspect.getsourcelines(fn)
     except (OSError, TypeError) as e:
         raise VariantUnavailable(f"no source: {e}") from None
-    tree = ast.parse(textwrap.dedent("".join(lines)))
-    func = tree.body[0]
+    # Under an ``if 1:`` the def may keep its indentation: dedenting would fail on a
+    # multi-line string less indented than the code.
+    try:
+        tree = ast.parse("if 1:\n" + "".join(lines))
+    except SyntaxError as e:
+        raise VariantUnavailable(f"source does not parse alone: {e}") from None
+    func = tree.body[0].body[0]
     if not isinstance(func, ast.FunctionDef) or func.name != fn.__name__:
         raise VariantUnavailable("source is not a single def")
     func.decorator_list = []
-    ast.increment_lineno(tree, first_line - 1)
+    ast.increment_lineno(func, first_line - 2)
     func = transform(func)
     cell_names = ["torch", *extra_cells, *fn.__code__.co_freevars]
     outer = ast.FunctionDef(

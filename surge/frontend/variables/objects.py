@@ -497,6 +497,19 @@ def static_owner(cls: type, name: str):
     return None
 
 
+def _checked_truth(method: str, value) -> bool:
+    """What CPython makes of a __bool__ / __len__ result, with its errors."""
+    if method == "__bool__":
+        if type(value) is not bool:
+            raise_in_user_code(TypeError, f"__bool__ should return bool, returned {type(value).__name__}")
+        return value
+    if not isinstance(value, int):
+        raise_in_user_code(TypeError, f"'{type(value).__name__}' object cannot be interpreted as an integer")
+    if value < 0:
+        raise_in_user_code(ValueError, "__len__() should return >= 0")
+    return value > 0
+
+
 class NewObjectVariable(Variable):
     """An object of a user class created during the trace (dataclasses and plain classes).
 
@@ -513,6 +526,15 @@ class NewObjectVariable(Variable):
         return self.cls
 
     def truthy(self, tx):
+        # As CPython: the class's __bool__, else its __len__, else true; a dict
+        # subclass without them is true when its items are not empty.
+        for name in ("__bool__", "__len__"):
+            method = static_lookup(self.cls, name)
+            if isinstance(method, types.FunctionType):
+                result = bind_class_attribute(tx, self, self.cls, name, method).call(tx, [], {})
+                if not result.is_constant():
+                    unsupported(f"{self.cls.__qualname__}.{name} returned {result}, not a constant")
+                return _checked_truth(name, result.as_constant())
         if self.storage is not None and static_lookup(self.cls, "__bool__") is _MISSING:
             return bool(self.storage.items)
         return True
