@@ -1,7 +1,7 @@
 """``python -m tests.pysuite [MODULE ...]``: CPython's tests under surge, compared with eager.
 
 With no module named, runs ``FULL_MODULES``. Prints each difference as it is found
-and the totals; ``--json FILE`` writes every record.
+and the totals; ``--json FILE`` writes every record (one JSON object a line).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def main(argv=None) -> int:
                         help=f"comma-separated, of {variants.VARIANTS}")
     parser.add_argument("-k", dest="pattern", help="only test methods whose Class.method contains this")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds a compiled test may run")
-    parser.add_argument("--json", help="write every record to this file")
+    parser.add_argument("--json", help="write every record to this file (JSON lines, as they come)")
     parser.add_argument("-v", action="store_true", help="print every record, not only differences")
     args = parser.parse_args(argv)
 
@@ -32,10 +32,14 @@ def main(argv=None) -> int:
         select = lambda cls, name: args.pattern in f"{cls.__name__}.{name}"  # noqa: E731
     limits = runner.Limits(compiled_seconds=args.timeout)
     records = []
+    sink = open(args.json, "w") if args.json else None
 
     def progress(record):
         if args.v or record.status in ("differs", "unstable", "timeout", "runner-error"):
             print(record.line(), flush=True)
+        if sink:
+            sink.write(json.dumps(dataclasses.asdict(record), default=str) + "\n")
+            sink.flush()
 
     start = time.perf_counter()
     for module in args.modules or FULL_MODULES:
@@ -46,9 +50,8 @@ def main(argv=None) -> int:
     counts = runner.totals(records)
     print(f"{len(records)} records in {time.perf_counter() - start:.0f} s on Python "
           f"{sys.version.split()[0]}: {counts}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump([dataclasses.asdict(r) for r in records], f, indent=1, default=str)
+    if sink:
+        sink.close()
     return 1 if counts.get("differs") else 0
 
 
