@@ -135,10 +135,55 @@ class Generator:
 
     def statement(self) -> Node:
         kinds = [self.assign_int, self.assign_tensor, self.assign_tensor, self.in_place, self.container,
-                 self.side_effect, self.local_function]
+                 self.side_effect, self.local_function, self.python_corner, self.iterator]
         if self.depth < 2:
-            kinds += [self.if_else, self.loop, self.try_except, self.no_grad]
+            kinds += [self.if_else, self.loop, self.try_except, self.no_grad, self.local_class]
         return self.r.choice(kinds)()
+
+    def python_corner(self) -> Node:
+        i, j = self.int_var(), self.int_var()
+        return self.pick(
+            simple(f"{i} = getattr(OBJ, 'a', {j}) + hasattr(OBJ, 'missing')"),
+            simple(f"{i} = len(f'{{{j}:>4}}|{{OBJ.a!r}}')"), simple(f"{i} = ({j} := {j} + 1) * 2"),
+            simple(f"{i} = int(0 < {j} < 4 != {i})"), simple(f"{i} = sorted(lst, key=lambda v: -v)[0] if lst else {j}"),
+            simple(f"{i} = int(any(v > {j} for v in lst)) + int(all(lst))"), simple(f"{i} = int(isinstance({j}, bool))"),
+            simple(f"{i} = sum(v for v in d.values() if isinstance(v, int))"),
+            simple(f"{i} = len(str({j}) + repr(lst[:2]))"), simple(f"{i}, {j} = {j}, {i}"),
+            simple(f"{i} = {{**d, 'z': {j}}}.get('z', 0)"), simple(f"{i} = [*lst, {j}][-1]"),
+            simple(f"{i} = divmod({j} + 7, 3)[1]"), simple(f"{i} = int({j}).bit_length()"),
+            simple(f"{i} = lst.index({j}) if {j} in lst else -1"),
+        )
+
+    def iterator(self) -> Node:
+        i = self.int_var()
+        return self.pick(
+            Node([("it = iter(lst)", None), (f"lst.append({i})", None), (f"{i} = len(list(it))", None)]),
+            Node([("it = map(helper, lst)", None), (f"LOG.append({i})", None), (f"{i} = sum(it)", None)]),
+            Node([("it = filter(lambda v: v % 2, lst)", None), (f"{i} = next(it, -1)", None)]),
+            Node([("it = gen(3)", None), (f"{i} = next(it) + next(it)", None), ("lst.extend(it)", None)]),
+            Node([("def evens(limit):", [Node([("for v in range(limit):", [
+                Node([("if v % 2 == 0:", [simple("yield v")])])])])]),
+                  (f"{i} = sum(evens({i} % 5))", None)]),
+            Node([("z = list(zip(lst, 'abc'))", None), (f"{i} = len(z)", None)]),
+            Node([("for k in list(d):", [simple("d.pop(k, None)")]),
+                  (f'd["e"] = {i}', None)]),
+        )
+
+    def local_class(self) -> Node:
+        i, j = self.int_var(), self.int_var()
+        body = [
+            Node([("def __init__(self, v):", [simple("self.v = v"), simple("self.reads = 0")])]),
+            Node([("@property", None), ("def twice(self):", [simple("self.reads += 1"), simple("return self.v * 2")])]),
+            Node([("def __len__(self):", [simple("return abs(self.v) % 3")])]),
+            Node([("def __eq__(self, other):", [simple("return getattr(other, 'v', other) == self.v")])]),
+            Node([("def bump(self):", [simple(f"nonlocal {i}"), simple(f"{i} += self.v"), simple(f"return {i}")])]),
+        ]
+        keep = [body[0]] + self.r.sample(body[1:], self.r.randint(1, 3))
+        uses = self.pick(f"{j} = Local({i}).twice", f"{j} = int(bool(Local({i})))", f"{j} = int(Local({i}) == {i})",
+                         f"{j} = lst.count(Local({i}))", f"{j} = len(Local({j}))")
+        if body[4] in keep:
+            uses = self.pick(uses, f"{j} = Local({j}).bump()")
+        return Node([("class Local:", keep), (uses, None)])
 
     def assign_int(self) -> Node:
         return simple(f"{self.int_var()} = {self.int_expr()}")
@@ -226,7 +271,8 @@ class Generator:
             "W.add_(1.0)", f"W = torch.full((3,), {k}.0)", f"OBJ = Box({k})", "LOG.clear()",
             f"def helper(v):\n    return v - {k}", f"Box.twice = staticmethod(lambda v: v * {k})",
             f"Box.double = property(lambda self: self.a + {k})", f"OBJ.level = {k}",
-            "COUNTER = make_counter()",
+            "COUNTER = make_counter()", f"OBJ.k = {k}", f"Box.k = {k}.5", f"G = {k}.5", "STATE.clear()",
+            f'STATE["extra"] = {k}', f"LOG.append({k})", f"Clamp.__get__ = lambda self, obj, owner=None: {k}",
         )
 
 
