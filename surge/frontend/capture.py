@@ -8,6 +8,7 @@ recorded decision to run the function eagerly.
 """
 from __future__ import annotations
 
+import dis
 import functools
 import os
 import time
@@ -98,7 +99,7 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
         point = getattr(error, "root_instruction", None)
         if fn.__code__ is DECORATE_CONTEXT_CODE and resume_caller is not None:
             return _context_decorated_entry(fn, resume_caller.callees, start)
-        if point is None or resume_caller is None:
+        if point is None or resume_caller is None or _only_reads_a_local(fn.__code__, point[0]):
             return _fallback(failed.tracer, fn, error, start)
         try:
             return _capture(fn, args, kwargs, options, backend, start,
@@ -115,6 +116,21 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
                               error.location)
             why.source_text = getattr(error, "source_text", "")
             return _fallback(again.tracer, fn, why, start)
+
+
+_LOCAL_READS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_DEREF", "LOAD_CLOSURE"})
+
+
+def _only_reads_a_local(code, offset: int) -> bool:
+    """Whether the split would be before a read of a resume function's argument. Such a
+    split makes no progress: the value (one capture could not wrap) reaches the next
+    resume function as an argument again, whose capture fails the same way, split
+    after split. The frame runs eagerly instead."""
+    if not is_resume_code(code):
+        return False
+    arguments = set(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])
+    return any(ins.offset == offset and ins.opname in _LOCAL_READS and ins.argval in arguments
+               for ins in dis.get_instructions(code))
 
 
 class _Failed(Exception):

@@ -66,9 +66,13 @@ class Program:
 
 
 class Generator:
-    def __init__(self, rng: random.Random):
+    """``include_known``: also generate the constructs of open bugs that already have a
+    corpus program (they would otherwise be most of what a run finds)."""
+
+    def __init__(self, rng: random.Random, include_known: bool = False):
         self.r = rng
         self.depth = 0
+        self.include_known = include_known
 
     def pick(self, *options):
         return self.r.choice(options)
@@ -156,9 +160,13 @@ class Generator:
 
     def iterator(self) -> Node:
         i = self.int_var()
+        if self.include_known and self.r.random() < 0.3:
+            # corpus: list_iterator_sees_later_append, map_calls_its_function_lazily
+            return self.pick(
+                Node([("it = iter(lst)", None), (f"lst.append({i})", None), (f"{i} = len(list(it))", None)]),
+                Node([("it = map(helper, lst)", None), (f"LOG.append({i})", None), (f"{i} = sum(it)", None)]),
+            )
         return self.pick(
-            Node([("it = iter(lst)", None), (f"lst.append({i})", None), (f"{i} = len(list(it))", None)]),
-            Node([("it = map(helper, lst)", None), (f"LOG.append({i})", None), (f"{i} = sum(it)", None)]),
             Node([("it = filter(lambda v: v % 2, lst)", None), (f"{i} = next(it, -1)", None)]),
             Node([("it = gen(3)", None), (f"{i} = next(it) + next(it)", None), ("lst.extend(it)", None)]),
             Node([("def evens(limit):", [Node([("for v in range(limit):", [
@@ -276,9 +284,9 @@ class Generator:
         )
 
 
-def generate(seed: int, index: int, backend: str = "eager") -> Program:
+def generate(seed: int, index: int, backend: str = "eager", include_known: bool = False) -> Program:
     """Program number ``index`` of the stream of ``seed`` (the same on every machine)."""
-    gen = Generator(random.Random(f"{seed}:{index}"))
+    gen = Generator(random.Random(f"{seed}:{index}"), include_known)
     body = gen.block(gen.r.randint(2, 7))
     gen.depth = 0
     mutations = [gen.mutation() for _ in range(gen.r.randint(1, 3))]
