@@ -35,7 +35,8 @@ def new_object(cls, attrs: dict, items: dict | None = None, shared: tuple = ()):
         obj = base.__new__(cls)
         for key, value in items.items():
             base.__setitem__(obj, key, attrs[key] if key in shared else value)
-    obj.__dict__.update(attrs)
+    if attrs:  # a plain object() has no __dict__ (and can have no attributes)
+        obj.__dict__.update(attrs)
     return obj
 
 

@@ -141,8 +141,20 @@ class Generator:
         kinds = [self.assign_int, self.assign_tensor, self.assign_tensor, self.in_place, self.container,
                  self.side_effect, self.local_function, self.python_corner, self.iterator]
         if self.depth < 2:
-            kinds += [self.if_else, self.loop, self.try_except, self.no_grad, self.local_class]
+            kinds += [self.if_else, self.loop, self.try_except, self.no_grad, self.local_class, self.breaking]
         return self.r.choice(kinds)()
+
+    def breaking(self) -> Node:
+        """A graph break (print, a tensor's value in a branch, .item()) with state alive across it."""
+        i, t = self.int_var(), self.tensor_var()
+        return self.pick(
+            Node([("for v in range(2):", [simple(f"print('step', v, {i})"), self.statement()])]),
+            Node([(f"if {t}.sum() > 0:", [self.statement()]), ("else:", [self.statement()])]),
+            simple(f"{i} = int({t}.sum().item() > 0) + {i}"),
+            Node([("def closure_step():", [simple(f"nonlocal {i}"), simple(f"{i} += 1"), simple(f"print('c', {i})")]),
+                  ("closure_step()", None), ("closure_step()", None)]),
+            Node([("print('before', len(lst))", None), ("lst.append(len(d))", None), (f"print('after', {i})", None)]),
+        )
 
     def python_corner(self) -> Node:
         i, j = self.int_var(), self.int_var()
@@ -260,7 +272,11 @@ class Generator:
         parts = [("try:", self.block(self.r.randint(0, 1)) + [simple(risky)])]
         handler = self.pick("except (FuzzError, KeyError, IndexError) as e:", "except ZeroDivisionError:",
                             "except Exception as e:", "except (ValueError, StopIteration):")
-        parts.append((handler, [simple(f"{i} = {self.small()}")] + self.block(self.r.randint(0, 1))))
+        handled = [simple(f"{i} = {self.small()}")] + self.block(self.r.randint(0, 1))
+        if handler.endswith("as e:") and self.r.random() < 0.3:
+            handled.append(simple(self.pick("LOG.append(type(e).__name__)", "LOG.append(len(e.args))",
+                                            "raise FuzzError('again') from e", "raise")))
+        parts.append((handler, handled))
         if self.r.random() < 0.4:
             parts.append(("else:", self.block(1)))
         if self.r.random() < 0.4:
