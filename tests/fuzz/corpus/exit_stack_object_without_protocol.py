@@ -6,6 +6,7 @@ import contextlib
 
 import torch
 
+
 class Example:
     pass
 
