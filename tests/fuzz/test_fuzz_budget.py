@@ -14,11 +14,13 @@ from tests.fuzz.__main__ import backend_for
 from tests.fuzz.minimise import minimise
 
 SEED = 0
-COUNT = 150
+COUNT = 250
 DEFAULT_EVERY = 25
 
 # program index -> the corpus program its difference minimises to
 KNOWN: dict[int, str] = {
+    24: "bare_raise_in_handler",
+    243: "property_replaced_on_class",
 }
 
 
