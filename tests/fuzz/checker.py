@@ -9,10 +9,12 @@ then each of ``MUTATIONS`` executed in both namespaces followed by another call
 (stale-cache probes). Every call gets a fresh random ``x`` (the same values on both
 sides). After each call the two sides must agree on the return value (values and
 structure), the exception raised (type and message), what was printed, the input
-tensor afterwards (in-place ops), and the module state in ``prelude.OBSERVED``.
+tensor afterwards (in-place ops), the module state in ``prelude.OBSERVED``, and
+which builtins the call left rebound (put back after each call).
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dataclasses
 import io
@@ -30,7 +32,7 @@ from . import prelude
 @dataclasses.dataclass
 class Difference:
     step: str      # which call: "call 1 (n=2)", "after mutation 'G = 3'"
-    aspect: str    # result / exception / stdout / input / state
+    aspect: str    # result / exception / stdout / input / state / builtins
     detail: str
 
     def __str__(self) -> str:
@@ -92,13 +94,27 @@ def snapshot(ns: dict):
 def observe(fn, x: torch.Tensor, n: int, ns: dict) -> dict:
     out = io.StringIO()
     result, exception = None, None
+    saved_builtins = dict(vars(builtins))
     with contextlib.redirect_stdout(out):
         try:
             result = freeze(fn(x, n))
         except Exception as e:  # noqa: BLE001 - compared with eager's
             exception = (type(e).__name__, str(e))
     return {"result": result, "exception": exception, "stdout": out.getvalue(),
-            "input": x.detach().clone(), "state": snapshot(ns)}
+            "input": x.detach().clone(), "state": snapshot(ns), "builtins": _restore_builtins(saved_builtins)}
+
+
+def _restore_builtins(saved: dict) -> list[str]:
+    """Names in builtins the call left rebound, put back (so that one wrong run does
+    not break every later one)."""
+    current = vars(builtins)
+    changed = sorted(k for k in set(saved) | set(current) if current.get(k) is not saved.get(k))
+    for name in changed:
+        if name in saved:
+            current[name] = saved[name]
+        else:
+            del current[name]
+    return changed
 
 
 def load(path: str) -> dict:
@@ -127,7 +143,7 @@ def check_file(path: str, backend: str | None = None) -> Difference | None:
             x = torch.randn(3, generator=generator)
             expected = observe(eager_ns["f"], x.clone(), n, eager_ns)
             actual = observe(compiled, x.clone(), n, compiled_ns)
-            for aspect in ("exception", "result", "stdout", "input", "state"):
+            for aspect in ("exception", "result", "stdout", "input", "state", "builtins"):
                 found = first_difference(actual[aspect], expected[aspect], aspect)
                 if found:
                     return Difference(step, aspect, found[:300])

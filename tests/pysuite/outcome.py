@@ -33,12 +33,17 @@ class Outcome:
     subtests: list[tuple[str, Verdict]] = dataclasses.field(default_factory=list)
     stdout: str = ""
     seconds: float = 0.0
+    # Names in builtins the run left rebound (restored by the runner afterwards).
+    builtins_changed: tuple[str, ...] = ()
 
     def key(self):
-        return (self.verdict.key(), tuple((d, v.key()) for d, v in self.subtests), self.stdout)
+        return (self.verdict.key(), tuple((d, v.key()) for d, v in self.subtests), self.stdout,
+                self.builtins_changed)
 
     def summary(self) -> str:
         text = self.verdict.kind + (f" {self.verdict.exc_type}" if self.verdict.exc_type else "")
+        if self.builtins_changed:
+            text += f" (left builtins changed: {', '.join(self.builtins_changed)})"
         bad = [(d, v) for d, v in self.subtests if v.kind != "pass"]
         if bad:
             text += f" (subtests: {len(bad)} not passing, first {bad[0][0]}: {bad[0][1].kind} {bad[0][1].exc_type})"

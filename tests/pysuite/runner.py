@@ -10,6 +10,7 @@ bug. Each run has a time limit (a SIGALRM raising ``TestTimeout``).
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dataclasses
 import doctest
@@ -87,6 +88,7 @@ def run_once(cls: type, method_name: str, body, seconds: float) -> Outcome:
     setattr(test, method_name, method)
     result = RecordingResult()
     out = io.StringIO()
+    saved_builtins = dict(vars(builtins))
     start = time.perf_counter()
     try:
         # What tests write to stderr is noise in the report, unless surge's logs are asked for.
@@ -99,7 +101,21 @@ def run_once(cls: type, method_name: str, body, seconds: float) -> Outcome:
     outcome = result.finish()
     outcome.stdout = out.getvalue()
     outcome.seconds = time.perf_counter() - start
+    outcome.builtins_changed = _restore_builtins(saved_builtins)
     return outcome
+
+
+def _restore_builtins(saved: dict) -> tuple[str, ...]:
+    """Put back builtins a test left rebound (a test that patches ``len`` and whose
+    ``finally`` did not run would break every later test), and name them."""
+    current = vars(builtins)
+    changed = sorted(k for k in set(saved) | set(current) if current.get(k) is not saved.get(k))
+    for name in changed:
+        if name in saved:
+            current[name] = saved[name]
+        else:
+            del current[name]
+    return tuple(changed)
 
 
 def iter_test_methods(module) -> list[tuple[type, str]]:
