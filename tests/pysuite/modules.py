@@ -5,7 +5,7 @@ FULL_MODULES = (
     "test_list", "test_dict", "test_set", "test_tuple", "test_grammar", "test_exceptions",
     "test_contextlib", "test_generators", "test_itertools", "test_functools", "test_iter",
     "test_sort", "test_math", "test_scope", "test_with", "test_unpack", "test_string",
-    "test_str", "test_bool", "test_int", "test_enumerate", "test_slice", "test_class",
+    "test_str", "test_unicode", "test_bool", "test_int", "test_enumerate", "test_slice", "test_class",
     "test_descr", "test_property", "test_dataclasses", "test_operator", "test_augassign",
     "test_compare", "test_range", "test_userlist", "test_userdict", "test_ordered_dict",
     "test_defaultdict", "test_collections", "test_keywordonlyarg", "test_unary",

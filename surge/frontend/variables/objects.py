@@ -13,6 +13,7 @@ from ..sources import AttrSource, ConstSource, ModuleDictSource
 from .attribute_hooks import ModuleGetattrVariable, call_getattr_hook, module_table_lookup, user_getattr_hook
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .constant import NONE, ConstantVariable
+from .truth import checked_truth
 
 _MISSING = object()
 # Built-in classes whose methods act on a dict subclass's own storage.
@@ -497,19 +498,6 @@ def static_owner(cls: type, name: str):
     return None
 
 
-def _checked_truth(method: str, value) -> bool:
-    """What CPython makes of a __bool__ / __len__ result, with its errors."""
-    if method == "__bool__":
-        if type(value) is not bool:
-            raise_in_user_code(TypeError, f"__bool__ should return bool, returned {type(value).__name__}")
-        return value
-    if not isinstance(value, int):
-        raise_in_user_code(TypeError, f"'{type(value).__name__}' object cannot be interpreted as an integer")
-    if value < 0:
-        raise_in_user_code(ValueError, "__len__() should return >= 0")
-    return value > 0
-
-
 class NewObjectVariable(Variable):
     """An object of a user class created during the trace (dataclasses and plain classes).
 
@@ -526,15 +514,11 @@ class NewObjectVariable(Variable):
         return self.cls
 
     def truthy(self, tx):
-        # As CPython: the class's __bool__, else its __len__, else true; a dict
-        # subclass without them is true when its items are not empty.
-        for name in ("__bool__", "__len__"):
+        for name in ("__bool__", "__len__"):  # as CPython; else a dict subclass's items
             method = static_lookup(self.cls, name)
             if isinstance(method, types.FunctionType):
                 result = bind_class_attribute(tx, self, self.cls, name, method).call(tx, [], {})
-                if not result.is_constant():
-                    unsupported(f"{self.cls.__qualname__}.{name} returned {result}, not a constant")
-                return _checked_truth(name, result.as_constant())
+                return checked_truth(self.cls, name, result)
         if self.storage is not None and static_lookup(self.cls, "__bool__") is _MISSING:
             return bool(self.storage.items)
         return True
@@ -646,8 +630,7 @@ class ClassVariable(Variable):
                 tx.wrap(getattr(self.cls, name), own_source)
             return UserMethodVariable(UserFunctionVariable(static.__func__), self)
         if isinstance(static, (staticmethod, types.FunctionType)) and own_source is not None:
-            # Guarded like any class attribute: a method replaced on the class recompiles.
-            return tx.wrap(getattr(self.cls, name), own_source)
+            return tx.wrap(getattr(self.cls, name), own_source)  # guarded: replacing it recompiles
         if isinstance(static, staticmethod):
             return tx.wrap(static.__func__, None)
         if isinstance(static, types.FunctionType):
