@@ -274,8 +274,10 @@ class Generator:
                             "except Exception as e:", "except (ValueError, StopIteration):")
         handled = [simple(f"{i} = {self.small()}")] + self.block(self.r.randint(0, 1))
         if handler.endswith("as e:") and self.r.random() < 0.3:
+            # corpus: bare_raise_in_handler
+            reraise = ["raise"] if self.include_known else []
             handled.append(simple(self.pick("LOG.append(type(e).__name__)", "LOG.append(len(e.args))",
-                                            "raise FuzzError('again') from e", "raise")))
+                                            "raise FuzzError('again') from e", *reraise)))
         parts.append((handler, handled))
         if self.r.random() < 0.4:
             parts.append(("else:", self.block(1)))
