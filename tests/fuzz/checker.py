@@ -20,7 +20,9 @@ import dataclasses
 import io
 import math
 import os
+import sys
 import tempfile
+import types
 
 import torch
 
@@ -117,16 +119,34 @@ def _restore_builtins(saved: dict) -> list[str]:
     return changed
 
 
-def load(path: str) -> dict:
-    ns: dict = {"__name__": "fuzz_program", "__file__": path}
+MODULE_NAME = "fuzz_program"
+
+
+def load(path: str) -> types.ModuleType:
+    """The program as a module (in sys.modules while its code runs, as a real module is:
+    dataclasses and typing look their class's module up there)."""
+    module = types.ModuleType(MODULE_NAME)
+    module.__file__ = path
     with open(path) as f:
-        exec(compile(f.read(), path, "exec"), ns)
-    return ns
+        code = compile(f.read(), path, "exec")
+    with as_current(module):
+        exec(code, module.__dict__)
+    return module
+
+
+@contextlib.contextmanager
+def as_current(module: types.ModuleType):
+    sys.modules[MODULE_NAME] = module
+    try:
+        yield
+    finally:
+        sys.modules.pop(MODULE_NAME, None)
 
 
 def check_file(path: str, backend: str | None = None) -> Difference | None:
     """Run the program in ``path`` both ways; the first difference, or None."""
-    eager_ns, compiled_ns = load(path), load(path)
+    eager_module, compiled_module = load(path), load(path)
+    eager_ns, compiled_ns = vars(eager_module), vars(compiled_module)
     backend = backend if backend is not None else eager_ns.get("BACKEND", "eager")
     compiled = surge.compile(compiled_ns["f"], backend=None if backend == "default" else backend)
     n_values = eager_ns["N_VALUES"]
@@ -137,12 +157,15 @@ def check_file(path: str, backend: str | None = None) -> Difference | None:
     surge.reset()
     try:
         for step, mutation, n in steps:
-            if mutation is not None:
-                exec(mutation, eager_ns)
-                exec(mutation, compiled_ns)
             x = torch.randn(3, generator=generator)
-            expected = observe(eager_ns["f"], x.clone(), n, eager_ns)
-            actual = observe(compiled, x.clone(), n, compiled_ns)
+            with as_current(eager_module):
+                if mutation is not None:
+                    exec(mutation, eager_ns)
+                expected = observe(eager_ns["f"], x.clone(), n, eager_ns)
+            with as_current(compiled_module):
+                if mutation is not None:
+                    exec(mutation, compiled_ns)
+                actual = observe(compiled, x.clone(), n, compiled_ns)
             for aspect in ("exception", "result", "stdout", "input", "state", "builtins"):
                 found = first_difference(actual[aspect], expected[aspect], aspect)
                 if found:
