@@ -7,6 +7,7 @@ exactly the structure eager returns.
 """
 from __future__ import annotations
 
+import collections
 import math
 
 from ..errors import Unsupported
@@ -99,7 +100,11 @@ class ReturnCodegen:
             body = ", ".join(f"{self.expr(key_variable(k))}: {self.expr(v)}" for k, v in value.items.items())
             if value.cls is dict:
                 return "{" + body + "}"
-            return f"{self.codegen.consts.ref(value.cls, value.cls.__name__)}({{{body}}})"
+            cls = self.codegen.consts.ref(value.cls, value.cls.__name__)
+            if issubclass(value.cls, collections.defaultdict):  # its first argument is the factory
+                factory = "None" if value.default_factory is None else self.expr(value.default_factory)
+                return f"{cls}({factory}, {{{body}}})"
+            return f"{cls}({{{body}}})"
         if isinstance(value, SetVariable):
             if not value.items:
                 return "frozenset()" if value.frozen else "set()"

@@ -37,7 +37,8 @@ def _ordered_dict(tx, other=None, **kwargs):
 def _default_dict(tx, factory=None, *rest, **kwargs):
     d = BUILTIN_RULES[dict](tx, *rest, **kwargs)
     d.cls = collections.defaultdict
-    d.default_factory = factory
+    no_factory = factory is None or factory.is_constant() and factory.as_constant() is None
+    d.default_factory = None if no_factory else factory
     return d
 
 
