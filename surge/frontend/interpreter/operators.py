@@ -261,7 +261,10 @@ def delitem(tx, obj: Variable, index: Variable) -> None:
         return
     if isinstance(obj, DictVariable):
         obj.check_mutable(tx)
-        obj.items.pop(_key_of(tx, index), None)
+        key = _key_of(tx, index)
+        if key not in obj.items:
+            raise_in_user_code(KeyError, repr(key))
+        del obj.items[key]
         return
     if call_python_dunder(tx, obj, "__delitem__", [index]) is not None:
         return
