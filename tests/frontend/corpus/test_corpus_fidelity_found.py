@@ -2,7 +2,6 @@
 the fuzzer (tests/fuzz); their value checks are programs in tests/fuzz/corpus."""
 import operator
 
-
 import surge
 from corpus_harness import CounterDelta, RecordingBackend, compare_call, randn
 
