@@ -286,7 +286,13 @@ class Generator:
         return Node(parts)
 
     def no_grad(self) -> Node:
-        return Node([(self.pick("with torch.no_grad():", "with torch.enable_grad():"), self.block(1))])
+        i = self.int_var()
+        head = self.pick("with torch.no_grad():", "with torch.enable_grad():", f"with tracked({i}) as {i}:",
+                         f"with Guard({self.pick('True', 'False')}):", f"with Guard(False), tracked({i}):")
+        body = self.block(1)
+        if "Guard" in head and self.r.random() < 0.5:
+            body.append(Node([(f"if {self.cond()}:", [simple(f"raise FuzzError({i})")])]))
+        return Node([(head, body)])
 
     # ---- mutations between calls --------------------------------------------------
 

@@ -80,6 +80,25 @@ BLOCKS: list[tuple[tuple[str, ...], str]] = [
         "    def __repr__(self):\n"
         "        return f'Vec({self.x!r}, {self.y!r})'")),
     (("FuzzError",), "class FuzzError(Exception):\n    pass"),
+    (("tracked",), (
+        "import contextlib\n"
+        "@contextlib.contextmanager\n"
+        "def tracked(tag):\n"
+        "    LOG.append(('enter', tag))\n"
+        "    try:\n"
+        "        yield tag * 2\n"
+        "    finally:\n"
+        "        LOG.append(('exit', tag))")),
+    (("Guard",), (
+        "class Guard:\n"
+        "    def __init__(self, swallow):\n"
+        "        self.swallow = swallow\n"
+        "    def __enter__(self):\n"
+        "        LOG.append('in')\n"
+        "        return self\n"
+        "    def __exit__(self, kind, value, tb):\n"
+        "        LOG.append(('out', kind.__name__ if kind else None))\n"
+        "        return self.swallow")),
 ]
 
 # Module state compared after every call (when the program defines it).
