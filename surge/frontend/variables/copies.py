@@ -59,6 +59,7 @@ def deep_copy(tx, value: Variable, memo: dict) -> Variable:
         return memo.setdefault(key, TupleVariable([deep_copy(tx, i, memo) for i in value.items], cls=value.cls))
     if isinstance(value, DictVariable):
         new = memo[key] = DictVariable({}, cls=value.cls)
+        new.default_factory = value.default_factory  # a defaultdict's, shared as copy does
         new.items = {k: deep_copy(tx, v, memo) for k, v in value.items.items()}
         return new
     if isinstance(value, SetVariable):
