@@ -1,15 +1,12 @@
-"""A @dataclass class defined in the frame: capture breaks at the class statement,
-then inside dataclasses' own code, a resume function falls back (its break code
-cannot be assembled: "co_varnames is too small") and runs with its locals shifted,
-so a local of the user's function holds the builtin __build_class__ (found by
-test_dataclasses.TestCase.test_init_var_inheritance and test_grammar's
-test_var_annot_custom_maps / test_plain_integers: "'builtin_function_or_method'
-object has no attribute 'assertEqual'")."""
+"""A @dataclass class defined in the frame, then a method call on an argument: the
+argument held the builtin __build_class__ (AttributeError in the user's program).
+dataclasses' code calls exec, which makes every local of its frames live at a
+break, and the resume functions' own stack parameters were passed on as live
+locals, colliding with the next resume function's parameters of the same name
+(found by test_dataclasses.TestCase.test_init_var_inheritance)."""
 from dataclasses import dataclass
 
 import torch
-
-XFAIL = "the eager run of a resume function whose break code failed to assemble gets shifted locals"
 
 
 def f(x, n):
