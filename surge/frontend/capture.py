@@ -9,6 +9,7 @@ recorded decision to run the function eagerly.
 from __future__ import annotations
 
 import contextlib
+import dis
 import functools
 import os
 import time
@@ -28,7 +29,7 @@ from .breaks import (
     BreakRunner, BreakState, BreakStateCodegen, ResumeCaller, collect_state_outputs, grad_mode_outside_blocks,
 )
 from .cache_entry import BreakReason, CacheEntry
-from .code_kinds import DECORATE_CONTEXT_CODE
+from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
 from .codegen import EntryCodegen, generate_diagnosis, generate_entry
 from .global_state import functorch_transform_active, preserved_global_state
 from .interpreter import Frame
@@ -104,7 +105,7 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
         point = getattr(error, "root_instruction", None)
         if fn.__code__ is DECORATE_CONTEXT_CODE and resume_caller is not None:
             return _context_decorated_entry(fn, resume_caller.callees, start)
-        if point is None or resume_caller is None:
+        if point is None or resume_caller is None or _only_reads_a_local(fn.__code__, point[0]):
             return _fallback(failed.tracer, fn, error, start)
         try:
             return _capture(fn, args, kwargs, options, backend, start,
@@ -123,6 +124,21 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
                               error.location)
             why.source_text = getattr(error, "source_text", "")
             return _fallback(again.tracer, fn, why, start)
+
+
+_LOCAL_READS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_DEREF", "LOAD_CLOSURE"})
+
+
+def _only_reads_a_local(code, offset: int) -> bool:
+    """Whether the split would be before a read of a resume function's argument. Such a
+    split makes no progress: the value (one capture could not wrap) reaches the next
+    resume function as an argument again, whose capture fails the same way, split
+    after split. The frame runs eagerly instead."""
+    if not is_resume_code(code):
+        return False
+    arguments = set(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])
+    return any(ins.offset == offset and ins.opname in _LOCAL_READS and ins.argval in arguments
+               for ins in dis.get_instructions(code))
 
 
 class _Failed(Exception):

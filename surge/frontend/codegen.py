@@ -7,6 +7,7 @@ plain Python source (printed under ``SURGE_LOGS=guards``), executed once.
 """
 from __future__ import annotations
 
+import builtins
 import functools
 import itertools
 
@@ -78,8 +79,15 @@ def generate_entry(guards: GuardSet, consts: ConstTable, *, input_sources: list,
     return source, exec_entry(name, source, namespace)
 
 
+# The builtins generated code calls (len, type, isinstance, ...), as they were when surge
+# was imported: a user's program that rebinds builtins.len must not change how its
+# guards are checked.
+_ORIGINAL_BUILTINS = dict(vars(builtins))
+
+
 def exec_entry(name: str, source: str, namespace: dict):
     """The function an entry's source defines, its globals ``namespace``."""
+    namespace.setdefault("__builtins__", _ORIGINAL_BUILTINS)
     exec(compile(source, f"<{name}>", "exec"), namespace)
     return namespace[name]
 
@@ -223,6 +231,7 @@ def generate_diagnosis(guards: GuardSet, consts: ConstTable):
     lines[1:1] = _indent([f"{name} = {name}{WEAK_SUFFIX}()" for name in consts.weak], 1)
     namespace = dict(consts.values)
     namespace.update(failed=functools.partial(_failure_text, checks), ABSENT=_ABSENT)
+    namespace["__builtins__"] = _ORIGINAL_BUILTINS
     exec(compile("\n".join(lines) + "\n", "<surge_guard_diagnosis>", "exec"), namespace)
     return namespace["diagnose"]
 

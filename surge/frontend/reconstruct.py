@@ -7,6 +7,7 @@ exactly the structure eager returns.
 """
 from __future__ import annotations
 
+import collections
 import math
 
 from ..errors import Unsupported
@@ -35,7 +36,8 @@ def new_object(cls, attrs: dict, items: dict | None = None, shared: tuple = ()):
         obj = base.__new__(cls)
         for key, value in items.items():
             base.__setitem__(obj, key, attrs[key] if key in shared else value)
-    obj.__dict__.update(attrs)
+    if attrs:  # a plain object() has no __dict__ (and can have no attributes)
+        obj.__dict__.update(attrs)
     return obj
 
 
@@ -103,7 +105,11 @@ class ReturnCodegen:
             body = ", ".join(f"{self.expr(key_variable(k))}: {self.expr(v)}" for k, v in value.items.items())
             if value.cls is dict:
                 return "{" + body + "}"
-            return f"{self.codegen.consts.ref(value.cls, value.cls.__name__)}({{{body}}})"
+            cls = self.codegen.consts.ref(value.cls, value.cls.__name__)
+            if issubclass(value.cls, collections.defaultdict):  # its first argument is the factory
+                factory = "None" if value.default_factory is None else self.expr(value.default_factory)
+                return f"{cls}({factory}, {{{body}}})"
+            return f"{cls}({{{body}}})"
         if isinstance(value, SetVariable):
             if not value.items:
                 return "frozenset()" if value.frozen else "set()"

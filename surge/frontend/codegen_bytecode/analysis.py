@@ -127,16 +127,22 @@ def _live_in(code: types.CodeType) -> dict[int, frozenset]:
     return {facts.instructions[p].offset: live[p] for p in range(n)}
 
 
+# Parameters of a resume function that carry the stack of the frame it resumes: its
+# first instructions push them back, and nothing reads them after that.
+STACK_PARAM_PREFIX = "__surge_stack_"
+
+
 def live_locals(code: types.CodeType, offset: int) -> tuple[str, ...]:
     """Fast locals (not cells) that may be read at or after ``offset``, in ``co_varnames`` order.
 
     A function that calls ``locals()``, ``vars()`` or ``exec``/``eval`` may read
-    any local, so all of them count as live there.
+    any local, so all of them count as live there, except a resume function's stack
+    parameters (passed on, they would collide with the next resume function's own).
     """
     names = set(code.co_names)
     cells = set(code.co_cellvars)
     if names & {"locals", "vars", "exec", "eval"}:
-        return tuple(v for v in code.co_varnames if v not in cells)
+        return tuple(v for v in code.co_varnames if v not in cells and not v.startswith(STACK_PARAM_PREFIX))
     live = _live_in(code)[offset]
     return tuple(v for v in code.co_varnames if v in live and v not in cells)
 

@@ -5,7 +5,7 @@ import enum
 import types
 from dataclasses import dataclass
 
-from .analysis import code_facts, pops, stack_depths
+from .analysis import STACK_PARAM_PREFIX, code_facts, pops, stack_depths
 
 
 class Slot(enum.Enum):
@@ -24,7 +24,7 @@ class FrameLayout:
     live_locals: tuple[str, ...]
 
     def param_names(self) -> tuple[str, ...]:
-        stack = tuple(f"__surge_stack_{n}" for n, slot in enumerate(self.stack) if slot is not Slot.NULL)
+        stack = tuple(f"{STACK_PARAM_PREFIX}{n}" for n, slot in enumerate(self.stack) if slot is not Slot.NULL)
         return stack + self.live_locals
 
 

@@ -9,7 +9,7 @@ from ..variables.constant import ConstantVariable
 from ..variables.containers import (
     BaseSequenceVariable, DictVariable, ListVariable, SetVariable, TupleVariable, _key_of,
 )
-from ..variables.objects import call_python_dunder
+from ..variables.objects import NewObjectVariable, ObjectVariable, call_python_dunder
 from .python_operators import user_binary_op, user_inplace_op, user_unary_op
 from ..variables.tensor import TensorVariable, record_op
 
@@ -180,6 +180,24 @@ def compare_equal(tx, a: Variable, b: Variable) -> bool:
             and len(a.items) == len(b.items) and all(compare_equal(tx, x, y) for x, y in zip(a.items, b.items))
     if isinstance(a, DictVariable) and isinstance(b, DictVariable):
         return a.items.keys() == b.items.keys() and all(compare_equal(tx, a.items[k], b.items[k]) for k in a.items)
+    return _user_equal(tx, a, b)
+
+
+def _user_equal(tx, a: Variable, b: Variable) -> bool:
+    """``a == b`` of objects: a Python ``__eq__`` of either (reflected when the first
+    returns NotImplemented), else identity (``is_same`` said no)."""
+    for left, right in ((a, b), (b, a)):
+        result = call_python_dunder(tx, left, "__eq__", [right])
+        if result is None:
+            continue
+        if not result.is_constant():
+            unsupported(f"{left.python_type().__qualname__}.__eq__ returned {result}, not a constant")
+        if result.as_constant() is not NotImplemented:
+            return bool(result.as_constant())
+    for side in (a, b):
+        if isinstance(side, (ObjectVariable, NewObjectVariable)) and \
+                getattr(side.python_type(), "__eq__", object.__eq__) is not object.__eq__:
+            unsupported(f"comparing a {side.python_type().__qualname__} (its __eq__ is not Python code)")
     return False
 
 
@@ -251,7 +269,10 @@ def delitem(tx, obj: Variable, index: Variable) -> None:
         return
     if isinstance(obj, DictVariable):
         obj.check_mutable(tx)
-        obj.items.pop(_key_of(tx, index), None)
+        key = _key_of(tx, index)
+        if key not in obj.items:
+            raise_in_user_code(KeyError, repr(key))
+        del obj.items[key]
         return
     if call_python_dunder(tx, obj, "__delitem__", [index]) is not None:
         return

@@ -56,8 +56,8 @@ def fold(fn, args, kwargs=None):
     """Apply a pure Python function to known values now."""
     try:
         result = fn(*[a.as_constant() for a in args], **{k: v.as_constant() for k, v in (kwargs or {}).items()})
-    except Exception as e:
-        raise_in_user_code(type(e), f"{getattr(fn, '__name__', fn)}(): {e}")
+    except Exception as e:  # raised into the user's code as CPython raises it, message and all
+        raise_in_user_code(type(e), str(e))
     return result
 
 
@@ -254,7 +254,7 @@ def _number_conversion(fn):
     def rule(tx, *args, **kwargs):
         if any(isinstance(a, TensorVariable) for a in args):
             unsupported(f"{fn.__name__}() of a tensor reads its data into Python")
-        if not args:
+        if not args and not kwargs:
             return ConstantVariable(fn())
         return ConstantVariable(fold(fn, args, kwargs))
     return rule

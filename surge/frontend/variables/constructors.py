@@ -7,11 +7,12 @@ import enum
 import functools
 import inspect
 import itertools
+import sys
 import types
 
 import torch
 
-from .base import unsupported
+from .base import raise_in_user_code, unsupported
 from .builtins import BUILTIN_RULES, fold
 from .constant import ConstantVariable, is_numpy_scalar_type
 from .containers import DictVariable, TupleVariable
@@ -37,7 +38,8 @@ def _ordered_dict(tx, other=None, **kwargs):
 def _default_dict(tx, factory=None, *rest, **kwargs):
     d = BUILTIN_RULES[dict](tx, *rest, **kwargs)
     d.cls = collections.defaultdict
-    d.default_factory = factory
+    no_factory = factory is None or factory.is_constant() and factory.as_constant() is None
+    d.default_factory = None if no_factory else factory
     return d
 
 
@@ -106,6 +108,16 @@ def construct(tx, class_var, args, kwargs):
         storage = DictVariable({}, cls=dict)
     elif cls.__new__ is not object.__new__ or cls.__module__ in ("builtins",):
         unsupported(f"constructing {cls.__qualname__} (a class with its own __new__) in compiled code")
+    if getattr(cls, "__abstractmethods__", None):
+        # object.__new__'s check of an ABC (abc.ABC and every abc.ABCMeta class).
+        missing = sorted(cls.__abstractmethods__)
+        plural = "s" if len(missing) > 1 else ""
+        if sys.version_info >= (3, 12):
+            message = (f"Can't instantiate abstract class {cls.__name__} without an implementation for "
+                       f"abstract method{plural} {', '.join(repr(m) for m in missing)}")
+        else:
+            message = f"Can't instantiate abstract class {cls.__name__} with abstract method{plural} {', '.join(missing)}"
+        raise_in_user_code(TypeError, message)
     if cls.__dictoffset__ == 0:
         # Only __slots__ all the way down leaves instances without a __dict__ (an empty
         # __slots__ on an abstract base, as collections.abc has, does not).

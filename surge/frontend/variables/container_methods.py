@@ -179,7 +179,9 @@ def _setdefault(tx, d, key, default=NONE):
 
 @rule(DictVariable, "copy")
 def _dict_copy(tx, d):
-    return DictVariable(d.items, cls=d.cls)
+    copied = DictVariable(d.items, cls=d.cls)
+    copied.default_factory = d.default_factory  # a defaultdict's copy keeps its factory
+    return copied
 
 
 @rule(DictVariable, "__contains__")

@@ -15,7 +15,8 @@ import copy
 from ..sources import AttrSource
 from .base import Variable, unsupported
 from .builtins import BuiltinVariable, builtin
-from .containers import DictVariable, ListVariable, SetVariable, TupleVariable
+from .constant import ConstantVariable
+from .containers import DictVariable, ListVariable, SetVariable, SliceVariable, TupleVariable
 from .functions import UserFunctionVariable
 from .dict_storage import InstanceDictVariable
 from .objects import (
@@ -33,9 +34,19 @@ def _deepcopy(tx, value, memo=None):
     return deep_copy(tx, value, {})
 
 
+def _immutable(value: Variable) -> bool:
+    """Shared by a deep copy: constants, and tuples and frozensets of them (a list of
+    constants ``is_constant()`` too, but it is copied)."""
+    if isinstance(value, ConstantVariable):
+        return True
+    if isinstance(value, TupleVariable):
+        return all(_immutable(item) for item in value.items)
+    return isinstance(value, SetVariable) and value.frozen
+
+
 def deep_copy(tx, value: Variable, memo: dict) -> Variable:
-    if value.is_constant() or isinstance(value, (ClassVariable, UserFunctionVariable, BuiltinVariable,
-                                                 PythonModuleVariable)):
+    if _immutable(value) or isinstance(value, (ClassVariable, UserFunctionVariable, BuiltinVariable,
+                                               PythonModuleVariable)):
         return value  # immutable, or copied as itself (classes, functions, modules)
     key = id(value)
     if key in memo:
@@ -48,10 +59,13 @@ def deep_copy(tx, value: Variable, memo: dict) -> Variable:
         return memo.setdefault(key, TupleVariable([deep_copy(tx, i, memo) for i in value.items], cls=value.cls))
     if isinstance(value, DictVariable):
         new = memo[key] = DictVariable({}, cls=value.cls)
+        new.default_factory = value.default_factory  # a defaultdict's, shared as copy does
         new.items = {k: deep_copy(tx, v, memo) for k, v in value.items.items()}
         return new
     if isinstance(value, SetVariable):
         return memo.setdefault(key, SetVariable(dict(value.items), frozen=value.frozen))
+    if isinstance(value, SliceVariable):  # copied anew, with copies of its bounds
+        return memo.setdefault(key, SliceVariable(*(deep_copy(tx, v, memo) for v in (value.start, value.stop, value.step))))
     if isinstance(value, InstanceDictVariable):
         return deep_copy(tx, _whole_instance_dict(tx, value.obj_var), memo)
     if isinstance(value, UserObjectVariable):

@@ -14,8 +14,10 @@ def python_truth(tx, var: Variable, cls: type) -> bool | None:
     method = static_lookup(cls, "__bool__")
     if isinstance(method, types.FunctionType):
         result = call_python_dunder(tx, var, "__bool__", [])
-        if not (result.is_constant() and type(result.as_constant()) is bool):
-            raise_in_user_code(TypeError, f"__bool__ should return bool, returned {result}")
+        if not result.is_constant():  # a value known only when the graph runs
+            unsupported(f"{cls.__qualname__}.__bool__ returned {result}, not a constant")
+        if type(result.as_constant()) is not bool:
+            raise_in_user_code(TypeError, f"__bool__ should return bool, returned {type(result.as_constant()).__name__}")
         return result.as_constant()
     if method is _MISSING and isinstance(static_lookup(cls, "__len__"), types.FunctionType):
         return var.length(tx) != 0

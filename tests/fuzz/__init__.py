@@ -1,0 +1,1 @@
+"""A differential fuzzer: random small programs run compiled by surge and eagerly."""

@@ -1,0 +1,1 @@
+"""CPython's own test suite run under surge, each test method compared with eager."""
