@@ -66,12 +66,7 @@ KNOWN_IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
 }
 
 # module: why it may stay over MAX_MODULE_LINES for now, and how it would be split.
-KNOWN_LARGE_MODULES: dict[str, str] = {
-    # Several open changes to capture edit it at once. Split by moving the nn.Module
-    # variables (NNModuleVariable, ModuleSliceVariable, ModuleMethodVariable and the
-    # _module_* method rules) to a variables/nn_modules.py of their own.
-    "surge.frontend.variables.objects": "objects, nn.Modules, classes, super() and modules in one",
-}
+KNOWN_LARGE_MODULES: dict[str, str] = {}
 
 
 def _module_name(path: pathlib.Path) -> str:
