@@ -103,10 +103,10 @@ def observe(fn, x: torch.Tensor, n: int, ns: dict) -> dict:
         except Exception as e:  # noqa: BLE001 - compared with eager's
             exception = (type(e).__name__, str(e))
     return {"result": result, "exception": exception, "stdout": out.getvalue(),
-            "input": x.detach().clone(), "state": snapshot(ns), "builtins": _restore_builtins(saved_builtins)}
+            "input": x.detach().clone(), "state": snapshot(ns), "builtins": restore_builtins(saved_builtins)}
 
 
-def _restore_builtins(saved: dict) -> list[str]:
+def restore_builtins(saved: dict) -> list[str]:
     """Names in builtins the call left rebound, put back (so that one wrong run does
     not break every later one)."""
     current = vars(builtins)

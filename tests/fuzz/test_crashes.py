@@ -6,22 +6,13 @@ import sys
 
 import pytest
 
-from tests.fuzz.test_fuzz_corpus import _xfail_reason
+from tests.fuzz.test_fuzz_corpus import programs
 
 CRASHES = os.path.join(os.path.dirname(__file__), "crashes")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _programs():
-    for name in sorted(os.listdir(CRASHES)):
-        if name.endswith(".py"):
-            path = os.path.join(CRASHES, name)
-            reason = _xfail_reason(path)
-            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-            yield pytest.param(path, id=name[:-3], marks=marks)
-
-
-@pytest.mark.parametrize("path", list(_programs()))
+@pytest.mark.parametrize("path", list(programs(CRASHES)))
 def test_program_exits_normally(path):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run([sys.executable, "-X", "faulthandler", path], env=env, capture_output=True,

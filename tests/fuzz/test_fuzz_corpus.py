@@ -20,16 +20,17 @@ def _xfail_reason(path: str) -> str | None:
     return None
 
 
-def _programs():
-    for name in sorted(os.listdir(CORPUS)):
+def programs(folder: str):
+    """A pytest param per program of ``folder``, a strict xfail where it says ``XFAIL``."""
+    for name in sorted(os.listdir(folder)):
         if name.endswith(".py"):
-            path = os.path.join(CORPUS, name)
+            path = os.path.join(folder, name)
             reason = _xfail_reason(path)
             marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
             yield pytest.param(path, id=name[:-3], marks=marks)
 
 
-@pytest.mark.parametrize("path", list(_programs()))
+@pytest.mark.parametrize("path", list(programs(CORPUS)))
 def test_corpus_program_matches_eager(path):
     difference = checker.check_file(path)
     assert difference is None, str(difference)

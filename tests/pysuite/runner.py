@@ -23,6 +23,8 @@ import unittest
 
 import surge
 
+from tests.fuzz.checker import restore_builtins
+
 from . import skips, variants
 from .outcome import Outcome, RecordingResult, TestTimeout, Verdict
 
@@ -101,21 +103,8 @@ def run_once(cls: type, method_name: str, body, seconds: float) -> Outcome:
     outcome = result.finish()
     outcome.stdout = out.getvalue()
     outcome.seconds = time.perf_counter() - start
-    outcome.builtins_changed = _restore_builtins(saved_builtins)
+    outcome.builtins_changed = tuple(restore_builtins(saved_builtins))
     return outcome
-
-
-def _restore_builtins(saved: dict) -> tuple[str, ...]:
-    """Put back builtins a test left rebound (a test that patches ``len`` and whose
-    ``finally`` did not run would break every later test), and name them."""
-    current = vars(builtins)
-    changed = sorted(k for k in set(saved) | set(current) if current.get(k) is not saved.get(k))
-    for name in changed:
-        if name in saved:
-            current[name] = saved[name]
-        else:
-            del current[name]
-    return tuple(changed)
 
 
 def iter_test_methods(module) -> list[tuple[type, str]]:
