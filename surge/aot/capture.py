@@ -27,6 +27,7 @@ from torch.utils import _pytree as pytree
 
 from ..errors import Unsupported
 from .functionalize import ViewStep
+from .device_layouts import ChannelsLastConvolutions
 from .tracer import AtenTracer, TracerTensor
 
 
@@ -106,10 +107,12 @@ def _swapped_state(gm: torch.nn.Module, replacement: dict[str, Any]):
 class _TorchLevelInterpreter(torch.fx.Interpreter):
     """Runs the torch-level graph, tagging each ATen node with its source node."""
 
-    def __init__(self, gm, tracer: AtenTracer, state_by_name: dict[str, Any]):
+    def __init__(self, gm, tracer: AtenTracer, state_by_name: dict[str, Any],
+                 layouts: ChannelsLastConvolutions | None):
         super().__init__(gm, garbage_collect_values=True)
         self.tracer = tracer
         self.state_by_name = state_by_name
+        self.layouts = layouts
         # Autocast modes the graph's _enter_autocast nodes opened and has not closed yet.
         self.open_autocast: list = []
 
@@ -138,6 +141,8 @@ class _TorchLevelInterpreter(torch.fx.Interpreter):
             mode = super().call_function(target, args, kwargs)
             self.open_autocast.append(mode)
             return mode
+        if self.layouts is not None:
+            args = self.layouts.arguments(target, args)
         recurrent = _RECURRENT_LAYERS.get(target)
         if recurrent is not None:
             # The CPU kernels of these layers (mkldnn_rnn_layer) skip the workspace
@@ -188,12 +193,28 @@ def _user_location(node) -> str | None:
 
 
 def trace_program(gm: torch.fx.GraphModule, example_inputs, *, decompose: bool = True,
-                  lift_state: bool = True, grad_inputs: list[bool] | None = None) -> TracedProgram:
+                  lift_state: bool = True, grad_inputs: list[bool] | None = None,
+                  device_layouts: bool = False) -> TracedProgram:
     """Trace ``gm`` to a functional ATen graph; joint forward+backward with ``grad_inputs``.
 
     ``grad_inputs`` (one flag per graph input, lifted state included) names the
-    inputs that require grad; then the backward is traced too.
+    inputs that require grad; then the backward is traced too. ``device_layouts``:
+    lay activations out as the device computes them fastest (``ChannelsLastConvolutions``),
+    for code-generating backends; eager's layouts otherwise.
     """
+    # Inference graphs only, for now: a training graph's batch-norm statistics reduce each
+    # channel over N*H*W, and channels-last makes that a column reduction over few columns
+    # that runs in one program (measured 0.66x eager against 0.84x on a ResNet-18 step).
+    if (device_layouts and grad_inputs is None
+            and ChannelsLastConvolutions.applies(gm, example_inputs, module_state(gm))):
+        try:
+            return _trace(gm, example_inputs, decompose, lift_state, grad_inputs, ChannelsLastConvolutions())
+        except Unsupported:
+            pass   # e.g. a .view() that needs eager's contiguous layout: trace with eager's layouts
+    return _trace(gm, example_inputs, decompose, lift_state, grad_inputs, None)
+
+
+def _trace(gm, example_inputs, decompose, lift_state, grad_inputs, layouts) -> TracedProgram:
     tracer = AtenTracer(decompose=decompose)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
@@ -212,7 +233,7 @@ def trace_program(gm: torch.fx.GraphModule, example_inputs, *, decompose: bool =
         for name in names:
             state_by_name[name] = t
     grad_enabled = torch.is_grad_enabled()
-    interpreter = _TorchLevelInterpreter(gm, tracer, state_by_name)
+    interpreter = _TorchLevelInterpreter(gm, tracer, state_by_name, layouts)
     try:
         with _swapped_state(gm, state_by_name), tracer.mode, torch.set_grad_enabled(grad_inputs is not None):
             try:
@@ -220,6 +241,8 @@ def trace_program(gm: torch.fx.GraphModule, example_inputs, *, decompose: bool =
             finally:
                 interpreter.close_open_autocast()
             flat, out_spec = pytree.tree_flatten(result)
+            if layouts is not None:
+                flat = [layouts.output(v) if isinstance(v, TracerTensor) else v for v in flat]
             outputs, values = _classify_outputs(tracer, flat)
             user_output_nodes = [tracer.current_node(v) if isinstance(v, TracerTensor) else v for v in flat]
             value_requires_grad = [bool(v.requires_grad) and _differentiable(v) for v in values]

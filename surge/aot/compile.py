@@ -56,13 +56,17 @@ def trace_aten(gm: torch.fx.GraphModule, example_inputs, *, decompose: bool = Tr
 
 def aot_compile(gm: torch.fx.GraphModule, example_inputs, *, fw_compiler: Compiler,
                 bw_compiler: Compiler | None = None, options: Options | None = None,
-                cache=None) -> Callable:
-    """``cache``: look each variant up in the compiled-graph cache (and store it there)
+                cache=None, device_layouts: bool = False) -> Callable:
+    """``device_layouts``: lay activations out as the device computes them fastest
+    (channels-last 16-bit CUDA convolutions, ``device_layouts.py``) rather than as eager does;
+    for code-generating backends, whose outputs still get eager's layouts.
+    ``cache``: look each variant up in the compiled-graph cache (and store it there)
     before tracing; the compilers' results must then describe themselves (``artifact()``).
     The driver builds that cache (a ``CacheSpec`` of ``runtime/graph_cache.py``) and hands
     it in; aot only calls its ``key``, ``load`` and ``store``."""
     defer_dynamo_import()  # the tracer's dispatch modes would import Dynamo on their first call
-    compiled = AotCompiled(gm, fw_compiler, bw_compiler or fw_compiler, options or Options(), cache)
+    compiled = AotCompiled(gm, fw_compiler, bw_compiler or fw_compiler, options or Options(), cache,
+                           device_layouts)
     compiled.variant_for(list(example_inputs) + compiled.state_values(), _autocast_state())
     return compiled
 
@@ -75,8 +79,9 @@ class AotCompiled:
     """The callable aot_compile returns; one compiled variant per grad-ness and autocast state."""
 
     def __init__(self, gm, fw_compiler: Compiler, bw_compiler: Compiler, options: Options,
-                 cache=None):
+                 cache=None, device_layouts: bool = False):
         self.gm = gm
+        self.device_layouts = device_layouts
         use_causal_attention(gm)   # before the cache key: the key is the rewritten graph's
         self.cache = cache
         self.fw_compiler = fw_compiler
@@ -176,7 +181,8 @@ class AotCompiled:
 
     def _compile_inference(self, inputs) -> InferenceRunner:
         with torch.no_grad():
-            program = trace_program(self.gm, self._user_inputs(inputs), lift_state=True)
+            program = trace_program(self.gm, self._user_inputs(inputs), lift_state=True,
+                                    device_layouts=self.device_layouts)
         forward = program.graph_module
         insert_copy_back(forward, program.mutated_inputs, program.input_names)
         forward = self._passes(forward, "forward")
@@ -189,7 +195,8 @@ class AotCompiled:
     def _compile_training(self, inputs, flags) -> TrainingRunner:
         from .partition import partition_joint, prune_unused_saved
 
-        program = trace_program(self.gm, self._user_inputs(inputs), lift_state=True, grad_inputs=flags)
+        program = trace_program(self.gm, self._user_inputs(inputs), lift_state=True, grad_inputs=flags,
+                                device_layouts=self.device_layouts)
         joint = self._passes(program.graph_module, "joint")
         if logs.enabled("aot"):
             logs.log("aot", f"joint graph:\n{joint.print_readable(print_output=False)}")

@@ -32,6 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from ..errors import Unsupported
 from . import functionalize as fz
 from .decompositions import decomposition_for, packet_name, surge_decomposition
+from .device_layouts import device_result
 from .prims import aten_body_for_prim
 
 aten = torch.ops.aten
@@ -341,6 +342,7 @@ class AtenTracer:
             # passed as a Scalar, a data-dependent size).
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise Unsupported(f"{func} cannot be traced on meta tensors: {first}") from None
+        meta_out = device_result(func, meta_args, meta_kwargs, meta_out, device)
         node = self.graph.call_function(func, tuple(node_args), node_kwargs)
         self._set_meta(node, meta_out, device)
         return self._wrap_outputs(node, meta_out, device)

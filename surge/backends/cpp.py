@@ -202,4 +202,4 @@ def cpp_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Opti
         cache = CacheSpec(cache_dir, ("cpp", toolchain.version, toolchain.cpu, toolchain.flags, toolchain.libs),
                           functools.partial(load_artifact, toolchain=toolchain, cache_dir=cache_dir))
     return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler, options=options,
-                       cache=cache)
+                       cache=cache, device_layouts=True)

@@ -177,7 +177,7 @@ def triton_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: O
         cache = CacheSpec(cache_dir, ("triton", PERSISTENT_REDUCTION_LIMIT, _kernel_target(example_inputs)),
                           functools.partial(load_artifact, cache_dir=cache_dir))
     return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler, options=options,
-                       cache=cache)
+                       cache=cache, device_layouts=True)
 
 
 def _kernel_target(example_inputs) -> str:

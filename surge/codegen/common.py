@@ -4,6 +4,9 @@
 
 - each member's value and store index rewritten into kernel index symbols
   (``x0, x1, ...`` parallel, ``r0, r1, ...`` reduced);
+- the parallel loop dimensions ordered as the stored outputs lie in memory (a
+  channels-last output iterates channels fastest, so neighbouring lanes touch
+  neighbouring addresses instead of addresses a row of channels apart);
 - adjacent loop dimensions merged wherever every index in the kernel is affine
   in them with contiguous coefficients (a contiguous [N, D] loop becomes one
   loop over N*D; a broadcast bias keeps two), so indices need few divisions;
@@ -92,6 +95,22 @@ def _contiguous_pair(expr, outer, inner, inner_size) -> bool:
     return co is not None and ci is not None and sympy.expand(co - ci * inner_size) == 0
 
 
+def _memory_order(symbols: list, stores: list) -> list:
+    """The loop dims, outermost first, in the order the first stored output lies in memory.
+
+    Dims are sorted by that store's stride along them, largest first (a stable sort, so
+    dims of equal stride and a row-major store keep their order). Kept as they are when
+    a stride is not a known number (a symbolic size, an index that is not affine)."""
+    identity = list(range(len(symbols)))
+    if len(symbols) < 2 or not stores:
+        return identity
+    strides = [linear_coefficient(stores[0], s) for s in symbols]
+    if any(st is None or not st.is_Integer for st in strides):
+        return identity
+    # a dim the store does not move along (stride 0) goes outermost: lanes never share an address
+    return sorted(identity, key=lambda k: -abs(int(strides[k])) if strides[k] != 0 else -float("inf"))
+
+
 def prepare_kernel(group: KernelGroup) -> KernelPlan:
     raw = []
     bounds = kernel_bounds(group.x_ranges, group.r_ranges)
@@ -109,10 +128,15 @@ def prepare_kernel(group: KernelGroup) -> KernelPlan:
     for node, role, value, store in raw:
         exprs.append(store)
         exprs.extend(e for name, e in _loads_and_indices(value) if name not in in_group)
+    stores = [store for node, _, _, store in raw if node.name in group.stores]
     subst, sizes_out = {}, {}
     for prefix, sizes in (("x", group.x_ranges), ("r", group.r_ranges)):
         symbols = [index_symbol(prefix, k) for k in range(len(sizes))]
-        new_sizes, kept = _merge_dims(list(sizes), symbols, exprs)
+        sizes = list(sizes)
+        if prefix == "x":
+            order = _memory_order(symbols, stores)
+            symbols, sizes = [symbols[k] for k in order], [sizes[k] for k in order]
+        new_sizes, kept = _merge_dims(sizes, symbols, exprs)
         dense = {old: index_symbol(prefix, k) for k, old in enumerate(kept)}
         for s in symbols:
             subst[s] = dense.get(s, sympy.Integer(0))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from ..aot.device_layouts import device_result
 from .ir import TensorArg
 
 
@@ -109,7 +110,9 @@ def extern_result_meta(target, args, kwargs, by_name: dict, node, traced):
         return traced
     try:
         with torch.no_grad():
-            new = target(*_to_meta(args, by_name), **_to_meta(kwargs, by_name))
+            meta_args, meta_kwargs = _to_meta(args, by_name), _to_meta(kwargs, by_name)
+            new = device_result(target, meta_args, meta_kwargs, target(*meta_args, **meta_kwargs),
+                                node.meta.get("device"))
     except Exception:   # no meta kernel, or one that needs data: the traced layout stands
         return traced
     if not _same_structure(new, traced):
