@@ -32,6 +32,9 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds of timed calls per workload and contender (default 1, 0.2 with --quick)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's); 1 steadies timings on a busy machine")
+    p.add_argument("--stored-peer", metavar="FILE.json", default=None,
+                   help="reuse torch.compile's rows from an earlier run's --json where the workload, "
+                        "sizes, device and library versions match (torch.compile is not run for them)")
     # Internal: the body of a fresh process timing one first call (prints JSON).
     p.add_argument("--probe", metavar="CONTENDER", help=argparse.SUPPRESS)
 
@@ -74,6 +77,7 @@ def bench_main(args) -> int:
         budget_s=args.budget if args.budget is not None else (0.2 if light else 1.0),
         suite=args.suite,
         time_limit_s=args.time_limit,
+        stored_peer=args.stored_peer,
     )
     if args.probe:
         if len(only) != 1:

@@ -25,6 +25,7 @@ import torch
 
 from . import timing, workloads
 from .contenders import CONTENDERS, NotAvailable, make_contender
+from .stored_peer import PEER, StoredPeer
 
 # Contenders whose first call is timed again in fresh processes (eager compiles nothing).
 COMPILING_CONTENDERS = ("torch.compile", "surge")
@@ -43,6 +44,7 @@ class BenchConfig:
     budget_s: float = 1.0                # timing budget per (workload, contender)
     suite: str = "default"               # "default" (surge's workloads) or "models" (the model zoo)
     time_limit_s: float | None = None    # start no workload after this many seconds of the run
+    stored_peer: str | None = None       # an earlier run's JSON: torch.compile's rows reused (stored_peer.py)
 
 
 @dataclasses.dataclass
@@ -63,6 +65,7 @@ class ContenderResult:
     fallbacks: int | None = None         # frames surge ran eagerly instead of compiling them
     speedup_spread: float | None = None  # how much the speedup over eager moved between timing rounds
     compile_phases_s: dict | None = None
+    stored_speedup: float | None = None  # a stored row's speedup over eager (not measured in this run)
 
     def ran_eagerly(self) -> str | None:
         """Why a compiler's row measured (partly) eager code, or None when it compiled everything."""
@@ -85,6 +88,8 @@ class WorkloadResult:
 
     def speedup(self, contender: str) -> float | None:
         eager, other = self.results.get("eager"), self.results.get(contender)
+        if other is not None and other.status == "ok" and other.stored_speedup is not None:
+            return other.stored_speedup
         if not eager or not other or eager.median_s is None or other.median_s is None:
             return None
         if other.status != "ok":
@@ -338,7 +343,8 @@ def not_run(cfg: BenchConfig, name: str, status: str, why: str) -> WorkloadResul
                           {c: ContenderResult(status=status, message=why) for c in cfg.contenders})
 
 
-def run_workload(cfg: BenchConfig, name: str) -> WorkloadResult:
+def run_workload(cfg: BenchConfig, name: str, peer=None) -> WorkloadResult:
+    """One workload's row; ``peer`` (a ``StoredPeer``) supplies torch.compile's where it can."""
     try:
         instance = workloads.build(name, cfg.device, cfg.scale)
         inputs, check_inputs = instance.make_inputs(0), instance.make_inputs(1)
@@ -351,16 +357,24 @@ def run_workload(cfg: BenchConfig, name: str) -> WorkloadResult:
         if os.environ.get("SURGE_BENCH_TRACEBACK"):
             traceback.print_exc()
         return not_run(cfg, name, "error", "building or running it in eager failed: " + short_error(e))
-    results = run_contenders(cfg, instance, expected, inputs, check_inputs, reference)
+    dtype = str(instance.dtype).replace("torch.", "")
+    stored = None
+    if peer is not None and PEER in cfg.contenders:
+        stored = peer.row(name, json.loads(json.dumps(instance.sizes, default=str)), dtype)
+    run_cfg = dataclasses.replace(cfg, contenders=tuple(c for c in cfg.contenders if c != PEER)) if stored else cfg
+    measured = run_contenders(run_cfg, instance, expected, inputs, check_inputs, reference)
+    results = {c: ContenderResult(**stored) if stored and c == PEER else measured[c]
+               for c in cfg.contenders if c in measured or (stored and c == PEER)}
     wr = WorkloadResult(
-        name, workloads.DESCRIPTIONS[name], instance.sizes, str(instance.dtype).replace("torch.", ""),
+        name, workloads.DESCRIPTIONS[name], instance.sizes, dtype,
         instance.training, instance.bytes_moved, results,
     )
     if cfg.overhead:
         measure_overhead(cfg, name, wr)
     if cfg.fresh_process_compile:
         for contender in COMPILING_CONTENDERS:
-            if contender in results and results[contender].status in ("ok", "wrong"):
+            if (contender in results and results[contender].status in ("ok", "wrong")
+                    and results[contender].stored_speedup is None):
                 measure_fresh_process_compile(cfg, name, contender, results[contender])
     return wr
 
@@ -459,6 +473,12 @@ def run_bench(cfg: BenchConfig, on_result=None) -> dict:
     copy_bytes = (1 << 30) if cfg.device.startswith("cuda") else (64 << 20 if cfg.scale != "full" else 256 << 20)
     env = environment(cfg)
     env["copy_bandwidth_Bps"] = timing.copy_bandwidth(cfg.device, copy_bytes)
+    peer = None
+    if cfg.stored_peer:
+        peer = StoredPeer(cfg.stored_peer, env)
+        if peer.mismatch:
+            print(f"surge bench: not reusing {cfg.stored_peer}: {peer.mismatch}; torch.compile runs",
+                  file=sys.stderr)
     results = []
     started = time.perf_counter()
     for name in names:
@@ -466,7 +486,7 @@ def run_bench(cfg: BenchConfig, on_result=None) -> dict:
         if cfg.time_limit_s is not None and elapsed > cfg.time_limit_s:
             wr = not_run(cfg, name, "not run", f"the run's time limit of {cfg.time_limit_s:.0f}s was reached")
         else:
-            wr = run_workload(cfg, name)
+            wr = run_workload(cfg, name, peer)
         results.append(wr)
         if on_result is not None:
             on_result(wr, env)

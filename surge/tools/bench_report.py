@@ -109,6 +109,8 @@ def table_rows(wr, env) -> list[list[str]]:
         elif r.graphs is not None:  # torch.compile's graphs and breaks (its kernels are not counted)
             counts = f"{r.graphs}/{fmt_count(r.graph_breaks)}/-"
         check = "ref" if contender == "eager" else ("ok" if r.status == "ok" else "WRONG")
+        if r.stored_speedup is not None:
+            check = "stored"   # this row is an earlier run's (--stored-peer)
         if contender != "eager" and r.ran_eagerly():
             check = ("EAGER" if r.graphs == 0 else "FELL BACK") + (" + WRONG" if r.status == "wrong" else "")
         if r.max_abs_error is not None and contender != "eager":

@@ -176,3 +176,41 @@ def test_graphs_from_the_disk_cache_count_as_compiled(tmp_path, monkeypatch):
     first = bench.run_workload(quick_config(), "softmax").results["surge"]
     second = bench.run_workload(quick_config(), "softmax").results["surge"]
     assert first.graphs == second.graphs == 1 and second.ran_eagerly() is None
+
+
+def test_stored_peer_rows_are_reused_not_compiled(tmp_path, capsys, monkeypatch):
+    first = tmp_path / "first.json"
+    assert main(["bench", "--quick", "--device", "cpu", "--only", "softmax", "--budget", "0.01",
+                 "--contenders", "eager,surge", "--json", str(first)]) == 0
+    stored = json.loads(first.read_text())
+    row = stored["workloads"][0]
+    row["results"]["torch.compile"] = dict(row["results"]["surge"], graphs=1, graph_breaks=0)
+    row["speedup_over_eager"]["torch.compile"] = 1.25
+    first.write_text(json.dumps(stored))
+
+    def no_torch_compile(name, *args, **kwargs):
+        assert name != "torch.compile", "a stored torch.compile row was compiled again"
+        return real_make(name, *args, **kwargs)
+    real_make = bench.make_contender
+    monkeypatch.setattr(bench, "make_contender", no_torch_compile)
+    second = tmp_path / "second.json"
+    capsys.readouterr()
+    assert main(["bench", "--quick", "--device", "cpu", "--only", "softmax", "--budget", "0.01",
+                 "--stored-peer", str(first), "--json", str(second)]) == 0
+    out = capsys.readouterr().out
+    assert "stored" in out
+    w = json.loads(second.read_text())["workloads"][0]
+    assert w["speedup_over_eager"]["torch.compile"] == 1.25
+    assert w["results"]["torch.compile"]["message"].startswith("stored")
+    assert w["surge_over_torch_compile"] == pytest.approx(w["speedup_over_eager"]["surge"] / 1.25)
+
+
+def test_a_stored_run_from_another_environment_is_not_reused(tmp_path):
+    from surge.tools.stored_peer import StoredPeer
+
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps({"environment": {"device": "cuda", "device_name": "another card", "scale": "full",
+                                                "versions": {"torch": "0"}},
+                                "workloads": [{"name": "softmax", "sizes": {}, "dtype": "float32"}]}))
+    peer = StoredPeer(str(path), {"device": "cpu", "device_name": "x", "scale": "quick", "versions": {}})
+    assert peer.mismatch and peer.row("softmax", {}, "float32") is None
