@@ -67,7 +67,13 @@ def float_only(x, y):
 
 
 def transposed(x):
-    # the kernel reads x across its rows: no contiguous vector load
+    # the kernel writes a contiguous result reading x across its rows: no contiguous vector load
+    return x.t().contiguous().float().mul(0.5).to(torch.bfloat16)
+
+
+def transposed_like_input(x):
+    # the result keeps x's transposed layout (as eager's): the loop runs in memory order,
+    # so loads and stores are contiguous again and get the vector form
     return x.t().float().mul(0.5).to(torch.bfloat16)
 
 
@@ -130,6 +136,7 @@ CASES = {
     "half_chain": (half_chain, lambda: (randn(5, 77, dtype=torch.float16), randn(77, dtype=torch.float16))),
     "float_only": (float_only, lambda: (randn(8, 64), randn(64))),
     "transposed": (transposed, lambda: (randn(64, 48, dtype=torch.bfloat16),)),
+    "transposed_like_input": (transposed_like_input, lambda: (randn(64, 48, dtype=torch.bfloat16),)),
     "gelu_bf16": (gelu_bf16, _gelu_rows),
     "gelu_from_bf16": (gelu_from_bf16, _gelu_rows),
     "tanh_gelu_bf16": (tanh_gelu_bf16, lambda: (randn(4, 64, dtype=torch.bfloat16),)),
@@ -232,6 +239,9 @@ def test_half_ops_match_eager_bitwise(compiled):
 def test_non_contiguous_and_broadcast_inputs_match_eager(compiled):
     x = special_floats(64 * 48).reshape(64, 48).to(torch.bfloat16)
     assert_bitwise(compiled["transposed"](x), transposed(x))
+    out = compiled["transposed_like_input"](x)
+    assert_bitwise(out, transposed_like_input(x))
+    assert out.stride() == transposed_like_input(x).stride()
     fn, make_inputs = CASES["scaled_bf16"]
     x, scale = make_inputs()
     scale[4, 0] = float("nan")
@@ -250,7 +260,8 @@ def test_loop_nests_of_several_dims_match_eager_bitwise(compiled):
 
 
 def test_which_loops_get_a_vector_form(compiled):
-    for name in ("to_bf16_1d", "to_f16_rows", "scaled_bf16", "max_normalized", "half_chain"):
+    for name in ("to_bf16_1d", "to_f16_rows", "scaled_bf16", "max_normalized", "half_chain",
+                 "transposed_like_input"):
         assert VECTOR_LOOP in compiled[name].cpp_source, name
     epilogue = compiled["max_normalized"].cpp_source
     assert "surge_v_round_bf16(" in epilogue and "surge_v_store_bf16(" in epilogue
