@@ -7,7 +7,7 @@ module per graph (no lowering, scheduling or codegen) and the compiled library
 per C++ source (no compiler run). ``cpp_backend`` is the torch.compile-protocol
 entry; with no working C++ compiler it warns once and falls back to "aot_eager".
 
-The compiler is ``$SURGE_CXX`` (default ``g++``), read once per backend call.
+The compiler is ``Options.cxx`` (``$SURGE_CXX``, default ``g++``).
 """
 from __future__ import annotations
 
@@ -181,7 +181,7 @@ def cpp_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Opti
     from ..aot.backend import aot_eager_backend
 
     options = options or Options.from_env()
-    cxx = os.environ.get("SURGE_CXX") or None
+    cxx = options.cxx
     cache_dir = default_cache_dir(options)
     try:
         toolchain = _toolchain(cxx, cache_dir)
