@@ -153,11 +153,11 @@ def _host_module(aten_gm, example_inputs, options: Options, cache_dir: str, tool
         from ..schedule import schedule_graph
 
         graph, _ = lower_graph(aten_gm, example_inputs, split_threshold=options.split_reduction_min_elements,
-                               pad_matmuls=options.pad_matmuls)
+                               pad_matmuls=options.pad_matmuls, options=options)
         if graph.device.type != "cpu":
             raise SurgeError(f"the cpp backend runs CPU tensors, this graph's are on {graph.device}")
         write_current(options, "loop_ir.txt", graph.__str__)
-        shared = schedule_graph(graph)
+        shared = schedule_graph(graph, options)
         with phase_timer.phase("codegen"):
             cpp_module = generate_cpp_module(shared, prefix)
             source = generate_host_module(shared, cpp_module)

@@ -98,9 +98,9 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
     else:
         try:
             graph, _ = lower_graph(aten_gm, example_inputs, split_threshold=options.split_reduction_min_elements,
-                                   pad_matmuls=options.pad_matmuls)
+                                   pad_matmuls=options.pad_matmuls, options=options)
             write_current(options, "loop_ir.txt", graph.__str__)
-            schedule = schedule_graph(graph)
+            schedule = schedule_graph(graph, options)
             write_current(options, "schedule.txt", schedule.__str__)
             source, _ = generate_module(schedule, persistent_limit, options.compile_workers)
         except Exception as error:

@@ -26,7 +26,6 @@ import torch
 from ...lowering.sizes import index_below, index_symbol
 from ...lowering.values import Constant, IndexValue, Load, Masked, Op, op_count
 from ..common import KernelPlan, format_index, layout_span
-from ..fused_forms import fused_form
 from .affine_index import affine_index
 from .column_reduction import generate_columns, wants_columns
 from .column_sums import ColumnSums
@@ -176,10 +175,6 @@ class CppKernelWriter:
         if isinstance(v, Load):
             return self._emit_load(scope, v)
         if isinstance(v, Op):
-            form = fused_form(v)
-            if form is not None:   # the prelude's one-formula forms (codegen/fused_forms.py)
-                args = [self.emit(scope, c) for c in form[1]]
-                return Emitted(self.assign(scope, v.dtype, f"surge_{form[0]}({args[0].name})"), v.dtype)
             args = [self.emit(scope, c) for c in v.children]
             if v.op == "cast":
                 expr = cast_expr(args[0].name, args[0].dtype, v.dtype)

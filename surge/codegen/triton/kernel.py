@@ -26,7 +26,6 @@ from ...lowering.values import Constant, IndexValue, Load, Masked, Op, cast_scal
 from ...runtime.triton_mode import interpreting
 from ..common import KernelPlan, format_index, layout_span
 from .functions import functions_called
-from ..fused_forms import fused_form
 from .ops import COSTLY_OPS, OP_RULES, POINTER_TYPES, cast_expr, compute_dtype, literal, triton_dtype
 
 INT32_LIMIT = 2**31 - 1
@@ -181,13 +180,10 @@ class TritonKernelWriter:
         if isinstance(v, Load):
             return self._emit_load(scope, v, masks)
         if isinstance(v, Op):
-            form = fused_form(v)
-            args = [self.emit(scope, c, masks) for c in (form[1] if form else v.children)]
+            args = [self.emit(scope, c, masks) for c in v.children]
             uses_r = any(a.uses_r for a in args)
             scalar = all(a.scalar for a in args)
-            if form is not None:
-                expr = f"_{form[0]}({', '.join(a.name for a in args)})"   # functions.py
-            elif v.op == "cast":
+            if v.op == "cast":
                 folded = _constant_of(v.children[0])
                 if folded is not None:   # a literal has no .to(): the converted literal instead
                     value = cast_scalar(folded, v.children[0].dtype, v.dtype)
@@ -205,7 +201,7 @@ class TritonKernelWriter:
                                       dtype=v.children[0].dtype if v.op != "where" else v.dtype)
             if scalar:
                 return Emitted(expr, v.dtype, False, True)
-            self.costly_ops += form is not None or v.op in COSTLY_OPS
+            self.costly_ops += v.op in COSTLY_OPS
             return Emitted(self.assign(scope, expr), v.dtype, uses_r, False)
         if isinstance(v, Masked):
             cond = self.emit(scope, v.mask, masks)
