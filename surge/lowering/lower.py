@@ -23,6 +23,7 @@ from .ir import (
     ComputedBuffer, ExternBuffer, GraphOutput, InputBuffer, Layout, LoopGraph, TensorArg,
 )
 from .pipeline import LOOP_IR
+from .reductions import reduction_kind
 from .registry import NotLowered, lowering_for
 from .sizes import index_symbol, sym
 from .split_reduction import SPLIT_REDUCTION_MIN_ELEMENTS, split_reduction
@@ -176,7 +177,7 @@ class Lowering:
             index[d] = index_symbol("r", k)
         acc_dtype = acc_dtype or dtype
         value = t.load(index) if t.ndim else t.load([])
-        if reduction_type not in ("argmax", "argmin"):
+        if not reduction_kind(reduction_type).compares_inputs:
             value = cast(value, acc_dtype)
         layout = Layout.contiguous(out_shape)
         kept = [d for d in range(t.ndim) if d not in dims]
