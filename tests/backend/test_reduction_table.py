@@ -77,3 +77,26 @@ def test_argmax_nan_and_tie_rules_on_both_targets(fn, shape, target):
         assert len(compiled.kernel_names) >= 2, "the row is split"
     for got, want in zip(compiled(x), fn(x)):
         assert torch.equal(got, want), (got, want)
+
+
+def test_a_new_kind_with_known_rules_is_one_table_row(monkeypatch):
+    """A kind that combines and finalizes as max does needs nothing of either generator:
+    both render it from its row, as they render max."""
+    import dataclasses
+
+    from surge.codegen.cpp.module import generate_cpp_module
+    from surge.codegen.triton.module import generate_module
+    from surge.lowering import reductions
+    from surge.lowering.lower import lower_graph
+    from surge.schedule import schedule_graph
+
+    monkeypatch.setitem(reductions.REDUCTIONS, "row_peak",
+                        dataclasses.replace(reductions.REDUCTIONS["max"], name="row_peak"))
+    x = torch.randn(8, 37)
+    graph, _ = lower_graph(aten_graph(lambda t: t.amax(1) * 2, x), [x])
+    renamed = dataclasses.replace(graph, buffers=[
+        dataclasses.replace(b, reduction_type="row_peak") if getattr(b, "reduction_type", None) == "max" else b
+        for b in graph.buffers])
+    assert any(getattr(b, "reduction_type", None) == "row_peak" for b in renamed.buffers)
+    for generate in (lambda s: generate_module(s)[0], lambda s: generate_cpp_module(s, "").source):
+        assert generate(schedule_graph(renamed)) == generate(schedule_graph(graph))
