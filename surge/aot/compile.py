@@ -23,7 +23,9 @@ from ..options import Options
 from ..frontend.lazy_dynamo import defer_dynamo_import
 from ..observe.debug_dir import artifact_part, write_current
 from ..observe.phases import phase_timer
+from ..passes.pipeline import PassContext, run_pipeline
 from .capture import _user_location, insert_copy_back, module_state, trace_program
+from .pipelines import ATEN_PIPELINES, ATEN_TRACED, TORCH_GRAPH
 from .runtime import InferenceRunner, TrainingRunner
 
 Compiler = Callable[[torch.fx.GraphModule, list], Callable]
@@ -39,9 +41,6 @@ def trace_aten(gm: torch.fx.GraphModule, example_inputs, *, decompose: bool = Tr
     aot_compile's graphs, an output that is a view of an input is returned as
     that view node.
     """
-    from ..passes.pipeline import PassContext, run_pipeline
-    from .pipelines import ATEN_TRACED
-
     options = options or Options()
     program = trace_program(gm, list(example_inputs), decompose=decompose, lift_state=False)
     aten_gm = program.graph_module
@@ -81,13 +80,9 @@ class AotCompiled:
 
     def __init__(self, gm, fw_compiler: Compiler, bw_compiler: Compiler, options: Options,
                  cache=None, device_layouts: bool = False):
-        from ..passes.pipeline import PassContext, run_pipeline
-        from .torch_pipeline import TORCH_GRAPH
-
         # the frontend's graph stays as it was captured (its disk record is written from it);
         # the cache key is the rewritten graph's
-        self.gm = run_pipeline(gm, PassContext(graph_name="torch", options=options), TORCH_GRAPH)
-        gm = self.gm
+        gm = self.gm = run_pipeline(gm, PassContext(graph_name="torch", options=options), TORCH_GRAPH)
         self.device_layouts = device_layouts
         self.cache = cache
         self.fw_compiler = fw_compiler
@@ -234,10 +229,7 @@ class AotCompiled:
         return TrainingRunner(program, compiled_forward, compiled_backward)
 
     def _passes(self, gm, level: str):
-        # imported here: a variant loaded from the compiled-graph cache runs no passes
-        from ..passes.pipeline import PassContext, run_pipeline
-        from .pipelines import ATEN_PIPELINES
-
+        # a variant loaded from the compiled-graph cache runs none (the steps import their passes)
         return run_pipeline(gm, PassContext(keep_random=self.options.fallback_random, graph_name=level,
                                             options=self.options), ATEN_PIPELINES[level])
 

@@ -150,7 +150,7 @@ def test_the_rewrite_is_a_named_step_on_a_copy_of_the_frontends_graph(tmp_path, 
     """aot's torch-level pipeline rewrites a copy: the graph the frontend captured (and
     keeps in its disk record) still has its mask, the debug dir shows the step's result."""
     from surge.aot.backend import aot_eager_backend
-    from surge.aot.torch_pipeline import TORCH_GRAPH
+    from surge.aot.pipelines import TORCH_GRAPH
     from surge.observe.debug_dir import read_artifacts
 
     assert TORCH_GRAPH.step_names == ["causal_attention"]
