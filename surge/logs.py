@@ -4,15 +4,18 @@ Each channel prints readable artifacts as they are made. ``SURGE_LOGS=all``
 turns every channel on; a name with a leading minus removes that channel
 (``all,-perf``), and ``-fallbacks`` also silences the fallback warnings that
 surge prints by default (``fallbacks.py``). An unknown name gets one warning
-that lists the channels. The variable is read at every ``enabled`` call so that
-tests and users can flip it without re-importing surge; the cost is one parse of
-a short string, and no channel is consulted on the hot path of a compiled call.
+that lists the channels. The variable is read at every ``enabled`` call (through
+``options.log_channels_setting``) so that tests and users can flip it without
+re-importing surge; it is parsed once per value it takes, so a call costs one
+environment lookup and a string comparison, and no channel is consulted on the hot
+path of a compiled call.
 """
 from __future__ import annotations
 
 import logging
-import os
 import sys
+
+from .options import log_channels_setting
 
 CHANNELS = (
     "graph",         # captured torch-level FX graphs
@@ -43,19 +46,27 @@ def _parse(raw: str) -> tuple[frozenset, frozenset]:
     return frozenset(selected - removed), frozenset(removed)
 
 
-def _selected() -> frozenset:
-    return _parse(os.environ.get("SURGE_LOGS", ""))[0]
+# (the SURGE_LOGS value last parsed, its (selected, removed) channels)
+_parsed: tuple[str, tuple[frozenset, frozenset]] = ("", (frozenset(), frozenset()))
+
+
+def _channels() -> tuple[frozenset, frozenset]:
+    global _parsed
+    raw = log_channels_setting()
+    if raw != _parsed[0]:
+        _parsed = (raw, _parse(raw))
+    return _parsed[1]
 
 
 def enabled(channel: str) -> bool:
     assert channel in CHANNELS, f"unknown log channel {channel!r}"
-    return channel in _selected()
+    return channel in _channels()[0]
 
 
 def removed(channel: str) -> bool:
     """Whether ``SURGE_LOGS`` removes ``channel`` explicitly (``-fallbacks``)."""
     assert channel in CHANNELS, f"unknown log channel {channel!r}"
-    return channel in _parse(os.environ.get("SURGE_LOGS", ""))[1]
+    return channel in _channels()[1]
 
 
 def log(channel: str, message: str) -> None:

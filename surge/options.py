@@ -7,6 +7,7 @@ read here, once per ``surge.compile`` call, so a test can change it between call
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from typing import Any, Mapping
@@ -22,6 +23,11 @@ def _env_bool(name: str, default: bool) -> bool:
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     return int(raw) if raw not in (None, "") else default
+
+
+def _env_optional_int(name: str) -> int | None:
+    raw = os.environ.get(name, "").strip()
+    return int(raw) if raw else None
 
 
 def _env_str(name: str, default: str | None) -> str | None:
@@ -63,6 +69,13 @@ class Options:
     # 16-bit matmuls whose sizes are not multiples of 8 run on zero-padded operands
     # (cuBLAS is several times slower on misaligned rows); None: on CUDA only.
     pad_matmuls: bool | None = None
+    # The C++ compiler of the cpp backend; None: ``g++``.
+    cxx: str | None = None
+    # Kernel compile worker processes at most; None: one fewer than the CPUs (at most 31).
+    compile_workers: int | None = None
+    # A status line for a compile still running after a few seconds, on an interactive
+    # terminal only (observe/progress.py).
+    progress: bool = True
 
     @staticmethod
     def from_env() -> "Options":
@@ -77,6 +90,9 @@ class Options:
             frontend_cache=_env_bool("SURGE_FRONTEND_CACHE", True),
             split_reduction_min_elements=_env_int("SURGE_SPLIT_REDUCTION_MIN_ELEMENTS", 65536),
             pad_matmuls=_env_bool("SURGE_PAD_MATMULS", None),
+            cxx=_env_str("SURGE_CXX", None),
+            compile_workers=_env_optional_int("SURGE_COMPILE_WORKERS"),
+            progress=_env_str("SURGE_PROGRESS", None) != "0",
         )
 
     def replace(self, **changes: Any) -> "Options":
@@ -93,6 +109,33 @@ class Options:
                 f"surge.compile: unknown option(s) {unknown}; known options are {sorted(known)}"
             )
         return dataclasses.replace(self, **dict(user))
+
+
+def log_channels_setting() -> str:
+    """``SURGE_LOGS`` as set now. Read on each log call, not once per ``surge.compile``:
+    users and tests flip it between calls; ``logs.py`` parses it once per change."""
+    return os.environ.get("SURGE_LOGS", "")
+
+
+def triton_interpret_setting() -> bool:
+    """``TRITON_INTERPRET``: whether Triton runs kernels in its interpreter, for a Triton
+    without ``triton.knobs`` (which otherwise holds the setting)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@contextlib.contextmanager
+def environment_override(name: str, value: str):
+    """``os.environ[name] = value`` inside the block, the previous state after it: for a
+    library that reads its own switch from the environment (Triton's ``TRITON_INTERPRET``)."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
 
 
 def default_cache_dir(options: Options) -> str:

@@ -254,3 +254,51 @@ def _by_file_and_line(site: str) -> tuple[str, int]:
 
 def _modules_path(module: str) -> str:
     return str(_surge_modules()[module].relative_to(SURGE.parent))
+
+
+# The one module that reads the process environment: every setting is an ``Options`` field
+# (or a function of options.py) passed down from there. The top tier (the CLI, the bench)
+# is above the options and may read its own switches.
+ENVIRONMENT_READER = "surge.options"
+
+
+def _environment_reads(source: str, filename: str = ""):
+    """Lines that read ``os.environ`` / ``os.getenv``, except ``dict(os.environ, ...)``:
+    the environment handed on to a child process."""
+    tree = ast.parse(source, filename=filename)
+    handed_on = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict"
+                and node.args and _names_environment(node.args[0])):
+            handed_on.add(id(node.args[0]))
+    for node in ast.walk(tree):
+        if _names_environment(node) and id(node) not in handed_on:
+            yield node.lineno
+        elif isinstance(node, ast.Attribute) and node.attr in ("getenv", "getenvb") \
+                and isinstance(node.value, ast.Name) and node.value.id == "os":
+            yield node.lineno
+        elif isinstance(node, ast.ImportFrom) and node.module == "os" \
+                and any(alias.name in ("environ", "getenv") for alias in node.names):
+            yield node.lineno
+
+
+def _names_environment(node) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr in ("environ", "environb")
+            and isinstance(node.value, ast.Name) and node.value.id == "os")
+
+
+def test_the_environment_scanner_sees_reads_and_lets_child_environments_pass():
+    source = ("import os\nfrom os import getenv\na = os.environ.get('X')\nb = os.getenv('Y')\n"
+              "env = dict(os.environ, Z='1')\nc = 'X' in os.environ\n")
+    assert sorted(set(_environment_reads(source))) == [2, 3, 4, 6]
+
+
+def test_no_environment_variable_is_read_below_the_top_tier_except_in_options():
+    reads = []
+    for module, path in _surge_modules().items():
+        if module == ENVIRONMENT_READER or _placement(module)[0] == TOP:
+            continue
+        reads.extend(f"{_modules_path(module)}:{line}"
+                     for line in sorted(set(_environment_reads(path.read_text(), str(path)))))
+    assert not reads, ("environment reads outside options.py (make the setting an Options field, "
+                       "read in Options.from_env, and pass it down):\n  " + "\n  ".join(reads))

@@ -33,9 +33,26 @@ _MASK, _IS_CAUSAL = 3, 5
 MAX_MASK_ELEMENTS = 1 << 28
 
 
-def use_causal_attention(gm: torch.fx.GraphModule) -> int:
-    """Rewrite ``gm``'s attention calls whose mask is the causal pattern; returns how many."""
-    rewritten = 0
+def use_causal_attention(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``gm`` with its attention calls whose mask is the causal pattern using ``is_causal=True``:
+    a copy when there are such calls (``gm`` itself, the frontend's graph, is left as it
+    is), else ``gm``."""
+    calls = causal_attention_calls(gm)
+    if not calls:
+        return gm
+    copy, nodes = graph_module_copy(gm)
+    for call in calls:
+        node = nodes[call]
+        _set_argument(node, "attn_mask", _MASK, None)
+        _set_argument(node, "is_causal", _IS_CAUSAL, True)
+    copy.recompile()
+    logs.log("aot", f"{len(calls)} attention call(s) with a causal mask now use is_causal=True")
+    return copy
+
+
+def causal_attention_calls(gm: torch.fx.GraphModule) -> list:
+    """The attention calls of ``gm`` whose mask is the causal pattern (``gm`` is only read)."""
+    found = []
     masks: dict[torch.fx.Node, object] = {}   # every layer's call reads the same mask: evaluated once
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target not in _SDPA:
@@ -46,15 +63,26 @@ def use_causal_attention(gm: torch.fx.GraphModule) -> int:
         if mask not in masks:
             masks[mask] = _evaluate_constant(mask)
         value = masks[mask]
-        if value is None or not _is_causal_pattern(value, node):
-            continue
-        _set_argument(node, "attn_mask", _MASK, None)
-        _set_argument(node, "is_causal", _IS_CAUSAL, True)
-        rewritten += 1
-    if rewritten:
-        gm.recompile()
-        logs.log("aot", f"{rewritten} attention call(s) with a causal mask now use is_causal=True")
-    return rewritten
+        if value is not None and _is_causal_pattern(value, node):
+            found.append(node)
+    return found
+
+
+def graph_module_copy(gm: torch.fx.GraphModule) -> tuple:
+    """(a GraphModule with a copy of ``gm``'s graph, {``gm``'s node: the copy's node}).
+
+    The copy's nodes keep ``gm``'s names and meta (example values shared, not copied), its
+    attributes are ``gm``'s objects (parameters, submodules: shared), and ``gm`` is untouched."""
+    graph = torch.fx.Graph(owning_module=None, tracer_cls=gm.graph._tracer_cls)
+    nodes: dict = {}
+    result = graph.graph_copy(gm.graph, nodes)
+    old_output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    nodes[old_output] = graph.output(result, old_output.type)
+    nodes[old_output].meta = dict(old_output.meta)
+    graph._codegen = gm.graph._codegen   # the calling convention (Dynamo's pytree codegen, say)
+    copy = torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+    copy.meta = dict(getattr(gm, "meta", {}))
+    return copy, nodes
 
 
 def _argument(node: torch.fx.Node, name: str, position: int):

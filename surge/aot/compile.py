@@ -2,7 +2,7 @@
 
 ``aot_compile`` traces a torch-level graph to ATen for the call it is given
 (inference, or joint forward+backward when grad is on and some input requires
-grad), runs the pass pipeline, hands each ATen graph to a compiler
+grad), runs the pipeline of each IR level (``pipelines.py``), hands each ATen graph to a compiler
 ``(aten_gm, example_inputs) -> callable`` and returns a callable with the
 torch-level graph's calling convention. A later call whose grad-ness differs
 (grad mode, which inputs require grad) or under another ambient autocast
@@ -23,8 +23,9 @@ from ..options import Options
 from ..frontend.lazy_dynamo import defer_dynamo_import
 from ..observe.debug_dir import artifact_part, write_current
 from ..observe.phases import phase_timer
-from .causal_attention import use_causal_attention
+from ..passes.pipeline import PassContext, run_pipeline
 from .capture import _user_location, insert_copy_back, module_state, trace_program
+from .pipelines import ATEN_PIPELINES, ATEN_TRACED, TORCH_GRAPH
 from .runtime import InferenceRunner, TrainingRunner
 
 Compiler = Callable[[torch.fx.GraphModule, list], Callable]
@@ -40,8 +41,6 @@ def trace_aten(gm: torch.fx.GraphModule, example_inputs, *, decompose: bool = Tr
     aot_compile's graphs, an output that is a view of an input is returned as
     that view node.
     """
-    from ..passes import PassContext, run_pipeline
-
     options = options or Options()
     program = trace_program(gm, list(example_inputs), decompose=decompose, lift_state=False)
     aten_gm = program.graph_module
@@ -49,7 +48,8 @@ def trace_aten(gm: torch.fx.GraphModule, example_inputs, *, decompose: bool = Tr
     mutated_values = list(output.args[0])[: len(program.mutated_inputs)]
     output.args = (tuple(mutated_values) + tuple(program.user_output_nodes),)
     insert_copy_back(aten_gm, program.mutated_inputs, program.input_names)
-    aten_gm = run_pipeline(aten_gm, PassContext(keep_random=options.fallback_random, graph_name="aten"))
+    aten_gm = run_pipeline(aten_gm, PassContext(keep_random=options.fallback_random, graph_name="aten",
+                                                 options=options), ATEN_TRACED)
     aten_gm.meta["out_spec"] = program.out_spec
     return aten_gm
 
@@ -80,9 +80,10 @@ class AotCompiled:
 
     def __init__(self, gm, fw_compiler: Compiler, bw_compiler: Compiler, options: Options,
                  cache=None, device_layouts: bool = False):
-        self.gm = gm
+        # the frontend's graph stays as it was captured (its disk record is written from it);
+        # the cache key is the rewritten graph's
+        gm = self.gm = run_pipeline(gm, PassContext(graph_name="torch", options=options), TORCH_GRAPH)
         self.device_layouts = device_layouts
-        use_causal_attention(gm)   # before the cache key: the key is the rewritten graph's
         self.cache = cache
         self.fw_compiler = fw_compiler
         self.bw_compiler = bw_compiler
@@ -185,7 +186,7 @@ class AotCompiled:
                                     device_layouts=self.device_layouts)
         forward = program.graph_module
         insert_copy_back(forward, program.mutated_inputs, program.input_names)
-        forward = self._passes(forward, "forward")
+        forward = self._passes(forward, "inference")
         _distinct_values(forward, 0, program.num_values)
         if logs.enabled("aot"):
             logs.log("aot", f"inference graph:\n{forward.print_readable(print_output=False)}")
@@ -227,11 +228,10 @@ class AotCompiled:
             compiled_backward = self.bw_compiler(backward, bw_inputs)
         return TrainingRunner(program, compiled_forward, compiled_backward)
 
-    def _passes(self, gm, name: str):
-        # imported here: a variant loaded from the compiled-graph cache runs no passes
-        from ..passes import PassContext, run_pipeline
-
-        return run_pipeline(gm, PassContext(keep_random=self.options.fallback_random, graph_name=name))
+    def _passes(self, gm, level: str):
+        # a variant loaded from the compiled-graph cache runs none (the steps import their passes)
+        return run_pipeline(gm, PassContext(keep_random=self.options.fallback_random, graph_name=level,
+                                            options=self.options), ATEN_PIPELINES[level])
 
 
 

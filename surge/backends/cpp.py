@@ -7,7 +7,7 @@ module per graph (no lowering, scheduling or codegen) and the compiled library
 per C++ source (no compiler run). ``cpp_backend`` is the torch.compile-protocol
 entry; with no working C++ compiler it warns once and falls back to "aot_eager".
 
-The compiler is ``$SURGE_CXX`` (default ``g++``), read once per backend call.
+The compiler is ``Options.cxx`` (``$SURGE_CXX``, default ``g++``).
 """
 from __future__ import annotations
 
@@ -153,11 +153,11 @@ def _host_module(aten_gm, example_inputs, options: Options, cache_dir: str, tool
         from ..schedule import schedule_graph
 
         graph, _ = lower_graph(aten_gm, example_inputs, split_threshold=options.split_reduction_min_elements,
-                               pad_matmuls=options.pad_matmuls)
+                               pad_matmuls=options.pad_matmuls, options=options)
         if graph.device.type != "cpu":
             raise SurgeError(f"the cpp backend runs CPU tensors, this graph's are on {graph.device}")
         write_current(options, "loop_ir.txt", graph.__str__)
-        shared = schedule_graph(graph)
+        shared = schedule_graph(graph, options)
         with phase_timer.phase("codegen"):
             cpp_module = generate_cpp_module(shared, prefix)
             source = generate_host_module(shared, cpp_module)
@@ -181,7 +181,7 @@ def cpp_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Opti
     from ..aot.backend import aot_eager_backend
 
     options = options or Options.from_env()
-    cxx = os.environ.get("SURGE_CXX") or None
+    cxx = options.cxx
     cache_dir = default_cache_dir(options)
     try:
         toolchain = _toolchain(cxx, cache_dir)

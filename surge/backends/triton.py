@@ -98,11 +98,11 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
     else:
         try:
             graph, _ = lower_graph(aten_gm, example_inputs, split_threshold=options.split_reduction_min_elements,
-                                   pad_matmuls=options.pad_matmuls)
+                                   pad_matmuls=options.pad_matmuls, options=options)
             write_current(options, "loop_ir.txt", graph.__str__)
-            schedule = schedule_graph(graph)
+            schedule = schedule_graph(graph, options)
             write_current(options, "schedule.txt", schedule.__str__)
-            source, _ = generate_module(schedule, persistent_limit)
+            source, _ = generate_module(schedule, persistent_limit, options.compile_workers)
         except Exception as error:
             if options.raise_internal_errors:
                 raise fallbacks.with_context(error, "the triton backend's lowering and codegen")
@@ -207,8 +207,9 @@ def start_compile_workers_early(args: tuple) -> None:
     from ..runtime import compile_pool
     from ..runtime.triton_mode import interpreting
 
-    if not interpreting():
-        compile_pool.start_workers(EARLY_WORKERS * compile_pool.JOBS_PER_WORKER)
+    if not interpreting():   # a capture hook gets no options: the environment's setting
+        compile_pool.start_workers(EARLY_WORKERS * compile_pool.JOBS_PER_WORKER,
+                                   Options.from_env().compile_workers)
 
 
 def _uses_cuda(args: tuple) -> bool:

@@ -78,11 +78,11 @@ def _timed_compile(capture):
     """One compile record per captured call, named after the user's function and
     file:line: ``explain``, the bench and SURGE_DEBUG_DIR's folders follow it."""
     @functools.wraps(capture)
-    def timed(fn, *rest, **kwargs):
+    def timed(fn, args, kwargs, options, *rest, **more):
         code = fn.__code__
         name = f"{fn.__qualname__} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})"
-        with phase_timer.compile(name), phase_timer.phase("capture"):
-            return capture(fn, *rest, **kwargs)
+        with phase_timer.compile(name, progress=options.progress), phase_timer.phase("capture"):
+            return capture(fn, args, kwargs, options, *rest, **more)
     return timed
 
 

@@ -114,7 +114,9 @@ def code_key(code: types.CodeType, options: Options) -> str | None:
     digest.update(f"format {FORMAT} {_frontend_fingerprint()}".encode())
     digest.update(repr((code.co_filename, code.co_qualname, code.co_firstlineno)).encode())
     _code_digest(code, digest)
-    digest.update(repr(dataclasses.replace(options, cache_dir=None, debug_dir=None)).encode())
+    # where files go, the progress line and how many compile processes run change no capture
+    digest.update(repr(dataclasses.replace(options, cache_dir=None, debug_dir=None, progress=True,
+                                           compile_workers=None)).encode())
     return digest.hexdigest()[:40]
 
 

@@ -6,7 +6,8 @@ scheduler and both code generators read. It knows nothing of Triton or C++.
 - ``InputBuffer``: a graph input (or a constant attribute of the graph module).
 - ``ComputedBuffer``: a loop nest. ``ranges`` are the sizes of its parallel
   loops (index symbols ``i0, i1, ...``); a reduction adds ``reduction_ranges``
-  (symbols ``r0, r1, ...``) and a ``reduction_type``. ``value`` computes one
+  (symbols ``r0, r1, ...``) and a ``reduction_type`` (a kind of reductions.py's
+  table). ``value`` computes one
   element (for a reduction: one term of the reduction) and is stored at
   ``store_index``, an expression of the ``i`` symbols over the buffer's layout.
 - ``ExternBuffer``: a call to an ATen op (matmul, convolution, anything not
@@ -25,8 +26,6 @@ import torch
 
 from .sizes import contiguous_strides, index_symbol, product
 from .values import Value, format_value, short_dtype
-
-REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "var")
 
 
 @dataclasses.dataclass(eq=False)

@@ -17,10 +17,13 @@ import torch.fx
 from .. import logs
 from ..errors import SurgeError
 from ..observe.phases import phase_timer
+from ..passes.pipeline import PassContext, run_pipeline
 from . import matmul_padding, ops_index, ops_pointwise, ops_reduction, ops_view  # noqa: F401  (register rules)
 from .ir import (
     ComputedBuffer, ExternBuffer, GraphOutput, InputBuffer, Layout, LoopGraph, TensorArg,
 )
+from .pipeline import LOOP_IR
+from .reductions import reduction_kind
 from .registry import NotLowered, lowering_for
 from .sizes import index_symbol, sym
 from .split_reduction import SPLIT_REDUCTION_MIN_ELEMENTS, split_reduction
@@ -174,7 +177,7 @@ class Lowering:
             index[d] = index_symbol("r", k)
         acc_dtype = acc_dtype or dtype
         value = t.load(index) if t.ndim else t.load([])
-        if reduction_type not in ("argmax", "argmin"):
+        if not reduction_kind(reduction_type).compares_inputs:
             value = cast(value, acc_dtype)
         layout = Layout.contiguous(out_shape)
         kept = [d for d in range(t.ndim) if d not in dims]
@@ -516,13 +519,14 @@ def graph_device(example_inputs) -> torch.device:
 
 @phase_timer.phase("lowering")
 def lower_graph(gm: torch.fx.GraphModule, example_inputs, device: torch.device | None = None, *,
-                split_threshold: int | None = None, pad_matmuls: bool | None = None):
-    """The ``LoopGraph`` of ``gm``, plus the constant tensors it reads as extra inputs.
+                split_threshold: int | None = None, pad_matmuls: bool | None = None, options=None):
+    """The ``LoopGraph`` of ``gm`` after the loop IR's pipeline (``pipeline.LOOP_IR``), plus
+    the constant tensors it reads as extra inputs.
 
     ``split_threshold``: reductions of at least this many elements per row over few
     rows are split in two (default ``SPLIT_REDUCTION_MIN_ELEMENTS``). ``pad_matmuls``:
     16-bit matmuls with misaligned sizes run on padded operands (``matmul_padding``;
-    default: on CUDA)."""
+    default: on CUDA). ``options``: the compile's Options (the pipeline's debug dumps)."""
     if device is None:
         device = graph_device(example_inputs)
     if split_threshold is None:
@@ -530,5 +534,5 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs, device: torch.device |
     if pad_matmuls is None:
         pad_matmuls = device.type == "cuda"
     lowering = Lowering(gm, example_inputs, device, split_threshold, pad_matmuls)
-    graph = lowering.run()
+    graph = run_pipeline(lowering.run(), PassContext(graph_name="loop_ir", options=options), LOOP_IR)
     return graph, lowering.constants

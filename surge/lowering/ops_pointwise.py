@@ -14,6 +14,7 @@ import torch
 
 from .registry import NotLowered, register_lowering
 from .tensor import LazyTensor, sym_shape
+from .op_groups import ROUNDING_OPS
 from .values import Constant, Op, Value, cast
 
 aten = torch.ops.aten
@@ -101,11 +102,6 @@ LOGICAL_OPS = {
     aten.logical_and: "logical_and", aten.logical_or: "logical_or",
     aten.logical_xor: "logical_xor", aten.logical_not: "logical_not",
 }
-
-
-# rounding an integer (or bool) gives it back: no op, and none for a code generator's
-# float-only rounding functions to reject
-ROUNDING_OPS = frozenset({"floor", "ceil", "round", "trunc"})
 
 
 def _same_dtype_rule(name):

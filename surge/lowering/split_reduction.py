@@ -9,7 +9,7 @@ rewritten, in the loop IR, into
 2. a reduction of the partials into the result (cheap: S elements per row).
 
 It belongs to lowering, not to a code generator: both generators then see two
-ordinary reductions. The rewrite per kind:
+ordinary reductions. The rewrite per kind (the ``split`` rule of reductions.py's table):
 
 - sum, prod, max, min, any, all: the same reduction twice (partial sums are
   summed, partial maxima maximized); partials keep the accumulator dtype.
@@ -38,6 +38,7 @@ import sympy
 import torch
 
 from .ir import Layout
+from .reductions import REDUCTIONS, ReductionKind, reduction_kind
 from .sizes import decompose, product
 from .tensor import LazyTensor
 from .values import Constant, IndexValue, Masked, Op, cast
@@ -63,24 +64,6 @@ def plan_split(rows: int, rnumel: int, threshold: int):
     if splits < 2:
         return None
     return _chunks(rnumel, splits)
-
-
-def _neutral(reduction_type: str, dtype: torch.dtype):
-    if reduction_type == "sum":
-        return 0
-    if reduction_type == "prod":
-        return 1
-    if reduction_type == "any":
-        return False
-    if reduction_type == "all":
-        return True
-    low = reduction_type in ("max", "argmax")
-    if dtype.is_floating_point:
-        return float("-inf") if low else float("inf")
-    if dtype == torch.bool:
-        return not low
-    info = torch.iinfo(dtype)
-    return info.min if low else info.max
 
 
 def _chunks(rnumel: int, splits: int) -> tuple:
@@ -143,7 +126,7 @@ class _Split:
         outer_shape = [source.shape[d] for d in self.outer]
         shape = self.partial_index(outer_shape, sympy.Integer(self.splits)) + [sympy.Integer(self.chunk)]
         padded = self.splits * self.chunk != self.rnumel
-        neutral = _neutral(reduction_type, source.dtype)
+        neutral = reduction_kind(reduction_type).identity_value(source.dtype)
 
         def load(idx):
             chunk_index, outer_index = (idx[0], idx[1:-1]) if self.chunks_first else (idx[-2], idx[:-2])
@@ -197,10 +180,12 @@ def split_reduction(ctx, t: LazyTensor, dims, keepdim: bool, reduction_type: str
     if plan is None:
         return None
     split = _Split(t, list(dims), *plan, chunks_first=columns)
-    if reduction_type in ("argmax", "argmin"):
-        return _split_arg(ctx, split, reduction_type, keepdim)
-    if reduction_type == "var":
+    kind = reduction_kind(reduction_type)
+    if kind.split == "arg":
+        return _split_arg(ctx, split, kind, keepdim)
+    if kind.split == "two_pass":
         return _split_var(ctx, split, dtype, acc_dtype, correction, keepdim)
+    assert kind.split == "same", kind
     return split.finish(ctx, _two_stage(ctx, split, t, reduction_type, dtype, acc_dtype), keepdim)
 
 
@@ -212,15 +197,16 @@ def _two_stage(ctx, split: _Split, source: LazyTensor, kind: str, dtype, acc_dty
                          split=False)
 
 
-def _split_arg(ctx, split: _Split, kind: str, keepdim: bool) -> LazyTensor:
+def _split_arg(ctx, split: _Split, kind: ReductionKind, keepdim: bool) -> LazyTensor:
     from .ops_index import gather_load
 
-    extreme = "max" if kind == "argmax" else "min"
+    # the chunks' extreme values: the kind that combines as this one does, without the index
+    extreme = next(k.name for k in REDUCTIONS.values() if k.combine == kind.combine and k.finalize == "value")
     source, last = split.t, len(split.outer) + 1   # the chunk dim C is last either way
-    chunks = split.chunks(source, kind)
+    chunks = split.chunks(source, kind.name)
     best = ctx.reduction(chunks, [last], False, extreme, source.dtype, split=False)
-    where = ctx.reduction(chunks, [last], False, kind, torch.int64, source.dtype, split=False)
-    which = ctx.reduction(split.partials_by_row(best), [len(split.kept_shape)], False, kind, torch.int64,
+    where = ctx.reduction(chunks, [last], False, kind.name, torch.int64, source.dtype, split=False)
+    which = ctx.reduction(split.partials_by_row(best), [len(split.kept_shape)], False, kind.name, torch.int64,
                           source.dtype, split=False)
 
     def load(idx):

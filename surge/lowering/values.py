@@ -17,19 +17,7 @@ import weakref
 import sympy
 import torch
 
-# The operation vocabulary, by arity. Code generators register one rule per name.
-UNARY_OPS = frozenset("""
-    neg abs exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan
-    sinh cosh tanh asinh acosh atanh erf floor ceil round trunc sign sigmoid
-    reciprocal logical_not bitwise_not isnan isinf relu signbit
-""".split())
-BINARY_OPS = frozenset("""
-    add sub mul truediv maximum minimum pow atan2 fmod hypot copysign floordiv remainder
-    eq ne lt le gt ge logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor
-    left_shift right_shift
-""".split())
-TERNARY_OPS = frozenset({"where"})
-OPS = UNARY_OPS | BINARY_OPS | TERNARY_OPS | {"cast"}
+from .op_groups import FUSED_FORM_OPS, OPS
 
 _INTERNED: "weakref.WeakValueDictionary[tuple, Value]" = weakref.WeakValueDictionary()
 
@@ -188,7 +176,8 @@ def loaded_buffers(root: Value) -> set:
 
 
 def op_count(root: Value) -> int:
-    return sum(1 for v in walk(root) if isinstance(v, Op))
+    """Ops computed for one element; a fused form counts as the ops it stands for."""
+    return sum(FUSED_FORM_OPS.get(v.op, 1) for v in walk(root) if isinstance(v, Op))
 
 
 def substitute_index(root: Value, mapping: dict, rewrite=None) -> Value:

@@ -87,8 +87,11 @@ class PhaseTimer:
         return self._state().record
 
     @contextlib.contextmanager
-    def compile(self, name: str):
-        """Open a compile record; nested compiles are folded into the outer one."""
+    def compile(self, name: str, progress: bool | None = None):
+        """Open a compile record; nested compiles are folded into the outer one.
+
+        ``progress``: ``Options.progress`` of the compile; None (a backend called alone,
+        which has no options yet): as the environment sets it."""
         state = self._state()
         if state.record is not None:
             yield state.record
@@ -98,7 +101,10 @@ class PhaseTimer:
         record = CompileRecord(name)
         state.record = record
         start = time.perf_counter()
-        progress = CompileProgress.start(record)
+        if progress is None:
+            from ..options import Options
+            progress = Options.from_env().progress
+        progress = CompileProgress.start(record, enabled=progress)
         try:
             with self.phase("other"):
                 yield record

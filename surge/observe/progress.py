@@ -4,11 +4,10 @@ A compile that is still running after ``DELAY_S`` seconds (autotuning, a large
 model) prints one status line that it rewrites in place, naming the compile,
 its current phase and the elapsed time. When stderr is not a terminal (CI,
 pipes, logs) nothing is printed and no thread is started, so the check costs
-one ``isatty`` call per compile.
+one ``isatty`` call per compile. ``Options.progress`` (``SURGE_PROGRESS=0``) turns it off.
 """
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -18,8 +17,6 @@ REFRESH_S = 0.5
 
 
 def interactive() -> bool:
-    if os.environ.get("SURGE_PROGRESS") == "0":
-        return False
     try:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):
@@ -38,8 +35,9 @@ class CompileProgress:
         self._thread = threading.Thread(target=self._run, name="surge-progress", daemon=True)
 
     @classmethod
-    def start(cls, record, stream=None, force: bool = False):
-        if not force and not interactive():
+    def start(cls, record, stream=None, force: bool = False, enabled: bool = True):
+        """``enabled``: ``Options.progress``; ``force``: show it on any stream (tests)."""
+        if not force and not (enabled and interactive()):
             return _NO_PROGRESS
         progress = cls(record, stream or sys.stderr)
         progress._thread.start()

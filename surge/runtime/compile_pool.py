@@ -50,11 +50,11 @@ JOB_TIMEOUT_S = 600.0
 JOBS_PER_WORKER = 3
 
 
-def pool_size() -> int:
-    """Worker processes at most: ``SURGE_COMPILE_WORKERS``, else one fewer than the CPUs."""
-    configured = os.environ.get("SURGE_COMPILE_WORKERS", "")
-    if configured.strip():
-        return max(0, int(configured))
+def pool_size(configured: int | None = None) -> int:
+    """Worker processes at most: ``configured`` (``Options.compile_workers``,
+    ``SURGE_COMPILE_WORKERS``), else one fewer than the CPUs."""
+    if configured is not None:
+        return max(0, configured)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(0, min(cpus, 32) - 1)
 
@@ -323,12 +323,13 @@ class CompilePool:
         self.batch_start = 0.0
         self.totals = dict(jobs=0, in_process=0, in_workers=0, failed=0, batches=0)
 
-    def start_workers(self, jobs: int) -> None:
+    def start_workers(self, jobs: int, limit: int | None = None) -> None:
         """Start workers for a batch of ``jobs`` kernels coming (without waiting for them):
-        one per ``JOBS_PER_WORKER`` jobs, within ``pool_size``. A worker takes as long to
-        start as a few compiles (it imports torch and Triton), so small batches get none."""
+        one per ``JOBS_PER_WORKER`` jobs, within ``pool_size(limit)`` (``limit``:
+        ``Options.compile_workers``). A worker takes as long to start as a few compiles
+        (it imports torch and Triton), so small batches get none."""
         with self.lock:
-            wanted = min(jobs // JOBS_PER_WORKER, pool_size())
+            wanted = min(jobs // JOBS_PER_WORKER, pool_size(limit))
             while len(self.workers) < wanted:
                 try:
                     worker = _Worker()

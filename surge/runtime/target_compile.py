@@ -14,10 +14,10 @@ from .code_cache import load_module
 from .triton_mode import interpret_mode
 
 
-def compile_for_target(paths, arch: int = 90, warp_size: int = 32) -> dict:
+def compile_for_target(paths, arch: int = 90, warp_size: int = 32, workers: int | None = None) -> dict:
     """{"<module file>:<kernel>": "ok" or the error} for every kernel of the modules at ``paths``
     (a module that cannot be loaded: {path: the error}); each distinct kernel is compiled
-    once, in parallel (``compile_pool``), with its default config."""
+    once, in parallel (``compile_pool``, at most ``workers`` processes), with its default config."""
     from . import compile_pool
     from .kernel_files import kernel_folder, no_precompile
 
@@ -36,7 +36,7 @@ def compile_for_target(paths, arch: int = 90, warp_size: int = 32) -> dict:
                                        candidate_configs(meta, interpret=False)[0], target)
             jobs[f"{os.path.basename(path)}:{name}"] = job
     distinct = {job.key(): job for job in jobs.values()}
-    compile_pool.start_workers(len(distinct))
+    compile_pool.start_workers(len(distinct), workers)
     compile_pool.prepare(list(distinct.values()))
     results.update({label: distinct[job.key()].error or "ok" for label, job in jobs.items()})
     return results
@@ -65,7 +65,9 @@ def compile_in_subprocess(paths, arch: int = 90, timeout: float = 600) -> dict:
 
 def _main(argv) -> int:
     import json
-    print(json.dumps(compile_for_target(argv[1:], int(argv[0]))))
+
+    from ..options import Options
+    print(json.dumps(compile_for_target(argv[1:], int(argv[0]), workers=Options.from_env().compile_workers)))
     return 0
 
 

@@ -6,7 +6,8 @@ module loaded while interpretation is on holds interpreted kernels.
 from __future__ import annotations
 
 import contextlib
-import os
+
+from ..options import environment_override, triton_interpret_setting
 
 
 def interpreting() -> bool:
@@ -14,14 +15,12 @@ def interpreting() -> bool:
         from triton import knobs
         return bool(knobs.runtime.interpret)
     except (ImportError, AttributeError):
-        return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+        return triton_interpret_setting()
 
 
 @contextlib.contextmanager
 def interpret_mode(enabled: bool):
     """Decorate kernels as interpreted (or compiled) while inside this block."""
-    old_env = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1" if enabled else "0"
     knobs = None
     try:
         from triton import knobs
@@ -30,12 +29,9 @@ def interpret_mode(enabled: bool):
     except (ImportError, AttributeError):
         knobs = None
     try:
-        yield
+        with environment_override("TRITON_INTERPRET", "1" if enabled else "0"):
+            yield
     finally:
-        if old_env is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = old_env
         if knobs is not None:
             knobs.runtime.interpret = old_knob
 

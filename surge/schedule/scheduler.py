@@ -6,6 +6,7 @@ import dataclasses
 from .. import logs
 from ..lowering.ir import LoopGraph
 from ..observe.phases import phase_timer
+from ..passes.pipeline import PassContext, PassStep, Pipeline, run_pipeline
 from .fusion import fuse, mark_stores, name_groups
 from .groups import KernelGroup
 from .memory import MemoryPlan, plan_memory
@@ -15,7 +16,7 @@ from .memory import MemoryPlan, plan_memory
 class Schedule:
     graph: LoopGraph
     steps: list          # KernelGroup / ExternStep, in execution order
-    memory: MemoryPlan
+    memory: MemoryPlan | None    # None until the plan_memory step
 
     @property
     def kernels(self) -> list:
@@ -29,14 +30,47 @@ class Schedule:
         return "\n".join([str(s) for s in self.steps] + [str(self.memory)])
 
 
-@phase_timer.phase("scheduling")
-def schedule_graph(graph: LoopGraph) -> Schedule:
-    steps = fuse(graph)
-    mark_stores(graph, steps)
-    steps = [s for s in steps if not isinstance(s, KernelGroup) or s.nodes]
+def _fuse(schedule: Schedule, ctx) -> Schedule:
+    return Schedule(schedule.graph, fuse(schedule.graph), None)
+
+
+def _mark_stores(schedule: Schedule, ctx) -> Schedule:
+    # the groups are the ones this pipeline's fuse step made: edited in place
+    mark_stores(schedule.graph, schedule.steps)
+    steps = [s for s in schedule.steps if not isinstance(s, KernelGroup) or s.nodes]
     for k, s in enumerate(steps):
         s.index = k
-    name_groups(steps)
-    schedule = Schedule(graph, steps, plan_memory(graph, steps))
+    return Schedule(schedule.graph, steps, None)
+
+
+def _name_kernels(schedule: Schedule, ctx) -> Schedule:
+    name_groups(schedule.steps)
+    return schedule
+
+
+def _plan_memory(schedule: Schedule, ctx) -> Schedule:
+    return Schedule(schedule.graph, schedule.steps, plan_memory(schedule.graph, schedule.steps))
+
+
+def _text(schedule: Schedule) -> str:
+    return "\n".join(str(s) for s in schedule.steps) + ("" if schedule.memory is None else "\n" + str(schedule.memory))
+
+
+# The schedule's pipeline: a Schedule with no steps yet (the loop graph alone) in, the
+# finished one out. The loop graph is only read.
+SCHEDULE = Pipeline("schedule", (
+    PassStep("fuse", _fuse),                  # buffers into kernel groups and extern steps
+    PassStep("mark_stores", _mark_stores),    # which results reach memory; empty groups go
+    PassStep("name_kernels", _name_kernels),  # fused_add_gelu_0: after the ops they fuse
+    PassStep("plan_memory", _plan_memory),    # buffer lifetimes, reuse, in-place updates
+), render=_text, size=lambda schedule: len(schedule.steps), suffix="txt", unit="steps", channel="schedule")
+
+
+@phase_timer.phase("scheduling")
+def schedule_graph(graph: LoopGraph, options=None) -> Schedule:
+    """``graph`` scheduled by the ``SCHEDULE`` pipeline; ``options``: the compile's Options
+    (the pipeline's debug dumps)."""
+    schedule = run_pipeline(Schedule(graph, [], None), PassContext(graph_name="schedule", options=options),
+                            SCHEDULE)
     logs.log("schedule", "\n" + str(schedule))
     return schedule

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import surge
-from surge.aot.causal_attention import use_causal_attention
+from surge.aot.causal_attention import causal_attention_calls, use_causal_attention
 
 B, H, L, D = 2, 3, 8, 16
 
@@ -18,15 +18,21 @@ def _attention_call(gm):
     return next(n for n in gm.graph.nodes if n.op == "call_function" and n.target is F.scaled_dot_product_attention)
 
 
+def _mask(gm):
+    call = _attention_call(gm)
+    return call.kwargs.get("attn_mask", call.args[3] if len(call.args) > 3 else None)
+
+
 def rewritten(fn, *inputs) -> bool:
     """Whether the pass turned ``fn``'s attention call into ``is_causal=True`` (mask dropped)."""
     seen = []
 
     def probe(gm, example_inputs):
-        seen.append(use_causal_attention(gm))
-        call = _attention_call(gm)
-        mask = call.kwargs.get("attn_mask", call.args[3] if len(call.args) > 3 else None)
-        assert (mask is None) == bool(seen[-1])
+        before = gm.code
+        result = use_causal_attention(gm)
+        seen.append(result is not gm)
+        assert gm.code == before and _mask(gm) is not None, "the caller's graph is left as it was"
+        assert (_mask(result) is None) == seen[-1]
         return gm
 
     surge.compile(fn, backend=probe, fullgraph=True)(*inputs)
@@ -110,7 +116,7 @@ def test_a_mask_written_in_place_is_not_evaluated_ahead():
     seen = []
 
     def probe(gm, example_inputs):
-        seen.append(use_causal_attention(gm))
+        seen.append(use_causal_attention(gm) is not gm)
         return gm
 
     surge.compile(updated_in_place, backend=probe)(*qkv())
@@ -127,7 +133,7 @@ def test_transformers_gpt2_gets_is_causal():
     counts = []
 
     def probe(gm, example_inputs):
-        counts.append(use_causal_attention(gm))
+        counts.append(len(causal_attention_calls(gm)))
         return gm
 
     # without a cache (training, or use_cache=False) transformers checks position ids for
@@ -138,3 +144,28 @@ def test_transformers_gpt2_gets_is_causal():
         expected = model(input_ids=ids, use_cache=False).logits
         actual = surge.compile(model)(input_ids=ids, use_cache=False).logits
     torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_rewrite_is_a_named_step_on_a_copy_of_the_frontends_graph(tmp_path, monkeypatch):
+    """aot's torch-level pipeline rewrites a copy: the graph the frontend captured (and
+    keeps in its disk record) still has its mask, the debug dir shows the step's result."""
+    from surge.aot.backend import aot_eager_backend
+    from surge.aot.pipelines import TORCH_GRAPH
+    from surge.observe.debug_dir import read_artifacts
+
+    assert TORCH_GRAPH.step_names == ["causal_attention"]
+    kept = []
+
+    def backend(gm, example_inputs, **kwargs):
+        kept.append(gm)
+        return aot_eager_backend(gm, example_inputs, **kwargs)
+
+    inputs = qkv()
+    monkeypatch.setenv("SURGE_DEBUG_DIR", str(tmp_path))   # a user backend reads the environment's options
+    compiled = surge.compile(bool_causal, backend=backend, fullgraph=True)
+    torch.testing.assert_close(compiled(*inputs), bool_causal(*inputs), rtol=1e-5, atol=1e-5)
+    assert _mask(kept[0]) is not None and _attention_call(kept[0]).kwargs.get("is_causal", False) is False
+    (files,) = read_artifacts(str(tmp_path)).values()
+    step = files["torch.01_causal_attention.py"]
+    assert "is_causal = True" in step and "attn_mask = None" in step
+    assert "is_causal" not in files["graph.py"]

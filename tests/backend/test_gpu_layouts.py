@@ -49,7 +49,7 @@ def test_16_bit_convnet_matches_eager_with_eagers_output_layout(flatten_with_vie
     torch.testing.assert_close(out, ref, rtol=3e-2, atol=3e-2)
     assert out.stride() == ref.stride()
     assert surge.counters["fallbacks"] == 0
-    graphs = "\n".join(p.read_text() for p in tmp_path.rglob("aten_*.py"))
+    graphs = "\n".join(p.read_text() for p in tmp_path.rglob("aten_*.py") if "." not in p.stem)   # not step dumps
     assert ("memory_format = torch.channels_last" in graphs) is not flatten_with_view
     if not flatten_with_view:
         # cuDNN returns NHWC results as they are (no transpose back), and no result needed

@@ -222,7 +222,7 @@ model(x).sum().backward()
 torch.testing.assert_close(got, x.grad, rtol=1e-4, atol=1e-5)
 print(json.dumps({"hits": surge.counters["graph_cache_hits"],
                   "loaded": sorted(m for m in ("torch._dynamo", "surge.lowering", "surge.schedule",
-                                               "surge.codegen", "surge.passes", "triton") if m in sys.modules)}))
+                                               "surge.codegen", "surge.passes.cse", "triton") if m in sys.modules)}))
 '''
 
 

@@ -46,7 +46,10 @@ def test_debug_dir_and_output_code_log(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("SURGE_LOGS", "schedule,output_code")
     c = compile_fn(lambda x: x.relu() * 3 + 1, randn(5, 3))
     (files,) = read_artifacts(str(tmp_path / "dbg")).values()  # one folder: one compiled graph
-    assert list(files) == ["loop_ir.txt", "schedule.txt", "kernels.py", "wrapper.py"]
+    # each pipeline step's dump (docs/observability.md), then the level's summary
+    assert list(files) == ["loop_ir.01_fused_forms.txt", "loop_ir.txt", "schedule.01_fuse.txt",
+                           "schedule.02_mark_stores.txt", "schedule.03_name_kernels.txt",
+                           "schedule.04_plan_memory.txt", "schedule.txt", "kernels.py", "wrapper.py"]
     assert c.source.startswith(files["kernels.py"]) and c.source.endswith(files["wrapper.py"])
     err = capfd.readouterr().err
     assert "[surge:schedule]" in err and "[surge:output_code]" in err and "@triton.jit" in err

@@ -25,6 +25,7 @@ def _own_cache_dir(tmp_path, monkeypatch):
 
 PROGRAM = textwrap.dedent("""
     import json, os, sys, time
+    from surge.options import Options
     from surge.runtime import compile_pool
     from surge.runtime.autotune import candidate_configs
     from surge.runtime.code_cache import load_module
@@ -89,7 +90,7 @@ PROGRAM = textwrap.dedent("""
         out["errors"] = [worker.run(job)[0] for job in jobs]
         worker.close()
     elif mode == "pool":
-        compile_pool.start_workers(len(jobs))
+        compile_pool.start_workers(len(jobs), Options.from_env().compile_workers)
         ran = compile_pool.prepare(jobs)
         out["ran"] = len(ran)
         out["workers"] = len(compile_pool.POOL.workers)
@@ -99,7 +100,7 @@ PROGRAM = textwrap.dedent("""
         # workers that cannot start: the calling process compiles everything itself
         broken = compile_pool.CompilePool()
         compile_pool.sys.executable = "/bin/false"
-        broken.start_workers(len(jobs))
+        broken.start_workers(len(jobs), Options.from_env().compile_workers)
         fallback = broken.prepare(jobs_of(paths))
         out["fallback"] = [len(fallback), sum(j.where == "process" for j in fallback),
                            [j.error for j in fallback if j.error]]
@@ -107,7 +108,7 @@ PROGRAM = textwrap.dedent("""
         # queued without waiting (the caller lowers the next graph meanwhile); a kernel queued
         # once is not queued again; the first launch's wait finishes every queued job
         pool = compile_pool.CompilePool()
-        pool.start_workers(len(jobs))
+        pool.start_workers(len(jobs), Options.from_env().compile_workers)
         first = pool.submit(jobs[:2])
         rest = pool.submit(jobs)
         out["queued"] = [len(first), len(rest), len(pool.pending)]

@@ -3,6 +3,7 @@ the compile-phase breakdown (explain, perf channel), the kernel counter, and a
 progress line that stays quiet off a terminal."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -14,6 +15,24 @@ from surge.observe import progress
 from surge.observe.debug_dir import read_artifacts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# a pipeline step's dump: ``{level}.{k}_{step}.{ext}`` (passes/pipeline.py)
+STEP_DUMP = re.compile(r"^(?:backward_)?[a-z_]+\.\d\d_[a-z_]+\.(?:py|txt)$")
+ATEN_STEPS = ["01_dce", "02_cse", "03_constant_fold", "04_dce_after_fold"]
+SCHEDULE_STEPS = ["schedule.01_fuse.txt", "schedule.02_mark_stores.txt", "schedule.03_name_kernels.txt",
+                  "schedule.04_plan_memory.txt"]
+
+
+def summaries(files) -> list:
+    """The files of a graph folder other than the pipelines' per-step dumps, in order."""
+    return [name for name in files if not STEP_DUMP.match(name)]
+
+
+def step_dumps(files) -> list:
+    return [name for name in files if STEP_DUMP.match(name)]
+
+
+def aten_steps(level: str) -> list:
+    return [f"{level}.{step}.py" for step in ATEN_STEPS]
 
 
 def mlp(x, w, b):
@@ -51,9 +70,15 @@ def test_aot_eager_writes_one_folder_per_compiled_graph(monkeypatch, tmp_path):
     (mlp_folder, mlp_files), (tanh_folder, tanh_files) = artifacts.items()
     assert "mlp" in mlp_folder and "scaled_tanh" in tanh_folder
     # Written in pipeline order, each listed once in the folder's index.
-    assert list(mlp_files) == ["source.py", "graph.py", "aten_forward.py", "aten_backward.py",
-                               "partition.txt", "guards.txt"]
-    assert list(tanh_files) == ["source.py", "graph.py", "aten_forward.py", "guards.txt"]
+    assert summaries(mlp_files) == ["source.py", "graph.py", "aten_forward.py", "aten_backward.py",
+                                    "partition.txt", "guards.txt"]
+    assert summaries(tanh_files) == ["source.py", "graph.py", "aten_forward.py", "guards.txt"]
+    # One dump per pipeline step, in the order they ran, each before the level's summary.
+    assert step_dumps(mlp_files) == (["torch.01_causal_attention.py"] + aten_steps("aten_joint")
+                                     + aten_steps("aten_forward") + aten_steps("aten_backward"))
+    assert step_dumps(tanh_files) == ["torch.01_causal_attention.py"] + aten_steps("aten_inference")
+    assert list(mlp_files).index("aten_backward.04_dce_after_fold.py") < list(mlp_files).index("aten_forward.py")
+    assert mlp_files["aten_forward.04_dce_after_fold.py"] == mlp_files["aten_forward.py"]
     first_line = mlp.__code__.co_firstlineno
     assert mlp_files["source.py"].startswith(f"# {__file__}:{first_line}\ndef mlp(x, w, b):")
     assert "gelu" in mlp_files["graph.py"] and "aten.mm" in mlp_files["aten_forward.py"]
@@ -114,9 +139,18 @@ def test_triton_backend_writes_loop_ir_schedule_kernels_and_wrapper(tmp_path):
     assert len(artifacts) == 2, list(artifacts)
     (_, train), (_, infer) = artifacts.items()
     stages = ["loop_ir.txt", "schedule.txt", "kernels.py", "wrapper.py"]
-    assert list(train) == (["source.py", "graph.py", "aten_forward.py", "aten_backward.py", "partition.txt"]
-                           + stages + ["backward_" + s for s in stages] + ["guards.txt"])
-    assert list(infer) == ["source.py", "graph.py", "aten_forward.py"] + stages + ["guards.txt"]
+    assert summaries(train) == (["source.py", "graph.py", "aten_forward.py", "aten_backward.py", "partition.txt"]
+                                + stages + ["backward_" + s for s in stages] + ["guards.txt"])
+    assert summaries(infer) == ["source.py", "graph.py", "aten_forward.py"] + stages + ["guards.txt"]
+    backend_steps = ["loop_ir.01_fused_forms.txt"] + SCHEDULE_STEPS
+    assert step_dumps(train) == (["torch.01_causal_attention.py"] + aten_steps("aten_joint")
+                                 + aten_steps("aten_forward") + aten_steps("aten_backward")
+                                 + backend_steps + ["backward_" + s for s in backend_steps])
+    assert step_dumps(infer) == ["torch.01_causal_attention.py"] + aten_steps("aten_inference") + backend_steps
+    # the loop IR after its fused-forms step is what the kernels are generated from: GELU's 1 + erf is one op
+    assert "= one_plus_erf(" in train["loop_ir.01_fused_forms.txt"] and "= erf(" not in train["loop_ir.txt"]
+    assert train["schedule.04_plan_memory.txt"] == train["schedule.txt"]
+    assert "kernel " in train["schedule.01_fuse.txt"] and "memory" not in train["schedule.01_fuse.txt"].lower()
     # Each kernel in the kernels files is launched by its wrapper and counted once.
     kernel_files = [train["kernels.py"], train["backward_kernels.py"], infer["kernels.py"]]
     jitted = [text.count("@triton.jit\ndef triton_") for text in kernel_files]   # not device functions

@@ -30,3 +30,30 @@ def test_not_a_terminal_means_no_thread_and_no_output(monkeypatch):
     ticker = progress.CompileProgress.start(CompileRecord("f"))
     assert not isinstance(ticker, progress.CompileProgress)
     ticker.stop()
+
+
+def test_surge_progress_0_turns_it_off_on_a_terminal_too(monkeypatch):
+    from surge.observe.phases import PhaseTimer
+    from surge.options import Options
+
+    monkeypatch.setattr(progress, "interactive", lambda: True)
+    monkeypatch.setenv("SURGE_PROGRESS", "0")
+    assert Options.from_env().progress is False
+    started = []
+    real_start = progress.CompileProgress.start.__func__
+
+    def start(cls, record, stream=None, force=False, enabled=True):
+        ticker = real_start(cls, record, stream, force, enabled)
+        started.append(isinstance(ticker, progress.CompileProgress))
+        ticker.stop()
+        return ticker
+    monkeypatch.setattr(progress.CompileProgress, "start", classmethod(start))
+    with PhaseTimer().compile("off by the environment"):
+        pass
+    with PhaseTimer().compile("on by the caller's options", progress=True):
+        pass
+    monkeypatch.delenv("SURGE_PROGRESS")
+    assert Options.from_env().progress is True
+    with PhaseTimer().compile("on by default"):
+        pass
+    assert started == [False, True, True]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import sympy
 
+from ...lowering.reductions import ReductionKind, reduction_kind
 from ...lowering.sizes import index_symbol, linear_coefficient
 from ...lowering.values import loads_of
 from .scope import Scope
@@ -28,8 +29,10 @@ if TYPE_CHECKING:
 # reduction, and a block's loads of one r step are four whole cache lines.
 COLUMN_BLOCK = 64
 
-# Reductions done per lane; var (two passes) and argmax/argmin keep the row-by-row loop.
-COLUMN_KINDS = frozenset({"sum", "prod", "max", "min", "any", "all"})
+def per_lane(kind: ReductionKind) -> bool:
+    """Reductions done per lane: one pass, no position. var (two passes) and argmax/argmin
+    keep the row-by-row loop."""
+    return not kind.tracks_index and kind.combine != "moments"
 
 
 def _strides(writer: CppKernelWriter, index: sympy.Expr) -> tuple:
@@ -48,7 +51,7 @@ def wants_columns(writer: CppKernelWriter) -> bool:
     if len(writer.x_sizes) != 1 or not writer.r_sizes or writer.x_sizes[0] < 2:
         return False
     reductions = [m for m in plan.members if m.role == "reduction"]
-    if any(m.buffer.reduction_type not in COLUMN_KINDS for m in reductions):
+    if not all(per_lane(reduction_kind(m.buffer.reduction_type)) for m in reductions):
         return False
     indices = []
     for m in plan.members:

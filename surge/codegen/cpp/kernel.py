@@ -23,10 +23,10 @@ import re
 import sympy
 import torch
 
+from ...lowering.reductions import HIGHEST, ONE, ZERO, ReductionKind, reduction_kind
 from ...lowering.sizes import index_below, index_symbol
 from ...lowering.values import Constant, IndexValue, Load, Masked, Op, op_count
 from ..common import KernelPlan, format_index, layout_span
-from ..fused_forms import fused_form
 from .affine_index import affine_index
 from .column_reduction import generate_columns, wants_columns
 from .column_sums import ColumnSums
@@ -35,6 +35,20 @@ from .narrow_loads import NarrowLoads
 from .row_cache import RowCachePlanner
 from .scope import Scope
 from .vector16 import BLOCK, LANES, VectorLoop
+
+# The OpenMP reduction operator of each combine whose accumulator one operator updates
+# (index-tracking kinds scan sequentially; moments sum in their first pass).
+OPENMP_COMBINE = {"add": "+", "moments": "+", "mul": "*", "or": "|", "and": "&", "max": "max", "min": "min"}
+
+
+def _identity(kind: ReductionKind, t: str, acc: torch.dtype) -> str:
+    """The neutral element as a C++ expression of type ``t``."""
+    if kind.identity in (ZERO, ONE):
+        return "0" if kind.identity == ZERO else "1"
+    if kind.identity == HIGHEST:
+        return f"std::numeric_limits<{t}>::infinity()" if acc.is_floating_point else f"std::numeric_limits<{t}>::max()"
+    return f"-std::numeric_limits<{t}>::infinity()" if acc.is_floating_point else f"std::numeric_limits<{t}>::lowest()"
+
 
 # Below this many elements of work a kernel runs on one thread: waking the
 # OpenMP team costs more than it saves.
@@ -176,10 +190,6 @@ class CppKernelWriter:
         if isinstance(v, Load):
             return self._emit_load(scope, v)
         if isinstance(v, Op):
-            form = fused_form(v)
-            if form is not None:   # the prelude's one-formula forms (codegen/fused_forms.py)
-                args = [self.emit(scope, c) for c in form[1]]
-                return Emitted(self.assign(scope, v.dtype, f"surge_{form[0]}({args[0].name})"), v.dtype)
             args = [self.emit(scope, c) for c in v.children]
             if v.op == "cast":
                 expr = cast_expr(args[0].name, args[0].dtype, v.dtype)
@@ -334,36 +344,29 @@ class CppKernelWriter:
             pragmas[n - 1] = pragmas.get(n - 1, "") or "#pragma omp simd"
         return pragmas
 
-    # -- reductions --------------------------------------------------------------
+    # -- reductions: the table of lowering/reductions.py, one rule per combine and finalize --
     def acc_dtype(self, member) -> torch.dtype:
-        buf = member.buffer
-        if buf.reduction_type in ("argmax", "argmin"):
+        kind = reduction_kind(member.buffer.reduction_type)
+        if kind.compares_inputs:
             return compute_dtype(member.value.dtype)
-        if buf.reduction_type in ("any", "all"):
+        if kind.finalize == "nonzero":
             return torch.bool
-        return compute_dtype(buf.acc_dtype)
+        return compute_dtype(member.buffer.acc_dtype)
 
     def accumulators(self, member) -> list:
         """(C type, name, initial value, OpenMP reduction op or None) of a reduction's accumulators."""
-        buf, kind = member.buffer, member.buffer.reduction_type
+        buf = member.buffer
+        kind = reduction_kind(buf.reduction_type)
         acc = self.acc_dtype(member)
         t = ctype(acc)
         a = f"acc_{buf.name}"
-        if kind in ("sum", "var"):
-            return [(t, a, "0", "+")]
-        if kind == "prod":
-            return [(t, a, "1", "*")]
-        if kind in ("any", "all"):
-            return [("int", a, "0" if kind == "any" else "1", "|" if kind == "any" else "&")]
-        largest = kind in ("min", "argmin")
-        start = (f"std::numeric_limits<{t}>::infinity()" if acc.is_floating_point
-                 else f"std::numeric_limits<{t}>::max()") if largest else \
-                (f"-std::numeric_limits<{t}>::infinity()" if acc.is_floating_point
-                 else f"std::numeric_limits<{t}>::lowest()")
-        if kind in ("argmax", "argmin"):
+        start = _identity(kind, t, acc)
+        if kind.finalize == "nonzero":   # any / all accumulate 0 or 1
+            return [("int", a, start, OPENMP_COMBINE[kind.combine])]
+        if kind.tracks_index:            # a sequential scan: the value and its position
             return [(t, a, start, None), ("int64_t", f"idx_{buf.name}", "0", None)]
-        accs = [(t, a, start, kind)]
-        if acc.is_floating_point:
+        accs = [(t, a, start, OPENMP_COMBINE[kind.combine])]
+        if kind.nan == "propagate" and acc.is_floating_point:
             accs.append(("int", f"nan_{buf.name}", "0", "|"))
         return accs
 
@@ -377,44 +380,48 @@ class CppKernelWriter:
         return [(name, op) for _, name, _, op in accs]
 
     def reduction_update(self, loop: Scope, member) -> None:
-        buf, kind = member.buffer, member.buffer.reduction_type
-        acc = self.acc_dtype(member)
+        buf = member.buffer
+        kind = reduction_kind(buf.reduction_type)
+        combine, acc = kind.combine, self.acc_dtype(member)
         v = self.emit(loop, member.value).name
         a, nan = f"acc_{buf.name}{self.lane}", f"nan_{buf.name}{self.lane}"
-        if kind in ("sum", "var"):
-            loop.lines.append(f"{a} += {v};")
-        elif kind == "prod":
-            loop.lines.append(f"{a} *= {v};")
-        elif kind == "any":
-            loop.lines.append(f"{a} |= ({v} != 0);")
-        elif kind == "all":
-            loop.lines.append(f"{a} &= ({v} != 0);")
-        elif kind in ("max", "min"):
-            cmp = ">" if kind == "max" else "<"
-            loop.lines.append(f"{a} = {v} {cmp} {a} ? {v} : {a};")
-            if acc.is_floating_point:
-                loop.lines.append(f"{nan} |= ({v} != {v});")
-        else:  # argmax / argmin: the first extremum; NaN counts as the largest and smallest
-            cmp = ">" if kind == "argmax" else "<"
+        if kind.tracks_index:   # the first extremum; with nan="extreme" a NaN is the largest and smallest
+            cmp = ">" if combine == "max" else "<"
             take = f"({v} {cmp} {a})"
-            if acc.is_floating_point:
+            if kind.nan == "extreme" and acc.is_floating_point:
                 take = f"(!({a} != {a}) && ({take} || {v} != {v}))"
             loop.lines.append(f"if {take} {{ {a} = {v}; idx_{buf.name} = {self.r_linear()}; }}")
+        elif combine in ("add", "moments"):   # moments: the sum for the mean (variance_pass)
+            loop.lines.append(f"{a} += {v};")
+        elif combine == "mul":
+            loop.lines.append(f"{a} *= {v};")
+        elif combine in ("or", "and"):
+            loop.lines.append(f"{a} {'|' if combine == 'or' else '&'}= ({v} != 0);")
+        elif combine in ("max", "min"):
+            cmp = ">" if combine == "max" else "<"
+            loop.lines.append(f"{a} = {v} {cmp} {a} ? {v} : {a};")
+            if kind.nan == "propagate" and acc.is_floating_point:
+                loop.lines.append(f"{nan} |= ({v} != {v});")
+        else:
+            raise NotImplementedError(f"no C++ rule for the combine {combine!r} ({kind.name})")
 
     def reduction_finish(self, row: Scope, member) -> None:
-        buf, kind = member.buffer, member.buffer.reduction_type
+        buf = member.buffer
+        kind = reduction_kind(buf.reduction_type)
         acc = self.acc_dtype(member)
         a, nan = f"acc_{buf.name}{self.lane}", f"nan_{buf.name}{self.lane}"
-        if kind in ("max", "min") and acc.is_floating_point:
+        if kind.nan == "propagate" and acc.is_floating_point:
             row.lines.append(f"if ({nan}) {a} = std::numeric_limits<{ctype(acc)}>::quiet_NaN();")
-        if kind in ("argmax", "argmin"):
+        if kind.finalize == "index":
             self.reduced[buf.name] = Emitted(f"idx_{buf.name}", torch.int64)
-        elif kind in ("any", "all"):
+        elif kind.finalize == "nonzero":
             self.reduced[buf.name] = Emitted(f"({a} != 0)", torch.bool)
-        elif kind == "var":
+        elif kind.finalize == "variance":
             self.variance_pass(row, member)
-        else:
+        elif kind.finalize == "value":
             self.reduced[buf.name] = Emitted(a, buf.acc_dtype)
+        else:
+            raise NotImplementedError(f"no C++ rule for the finalize {kind.finalize!r} ({kind.name})")
 
     def variance_pass(self, row: Scope, member) -> None:
         """Second pass of a variance: the sum of squared deviations from the row's mean."""

@@ -115,6 +115,11 @@ for _name in ("pow", "atan2", "hypot", "copysign"):
     OP_RULES[_name] = (lambda f: lambda a, b, dtype: f"std::{f}({a}, {b})")(_name)
 
 
+# the prelude's one-formula forms of lowering/fused_forms.py (fp32)
+for _name in ("normal_cdf", "one_plus_erf"):
+    OP_RULES[_name] = (lambda f: lambda a, dtype: f"surge_{f}({a})")(_name)
+
+
 @rule("exp")
 def _exp(a, dtype):
     if dtype == torch.float32:

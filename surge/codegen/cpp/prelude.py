@@ -32,7 +32,7 @@ static inline float surge_exp2f_nonpositive(float y) {{
 }}
 
 // Exact GELU's normal CDF 0.5 * (1 + erf(x / sqrt 2)) and 1 + erf(z) in one formula each
-// (codegen/fused_forms.py; the fits of codegen/gelu_fits.py, as the Triton backend's):
+// (lowering/fused_forms.py; the fits of codegen/gelu_fits.py, as the Triton backend's):
 // erfc(t) = 2^(t * P(t)) with t clamped where the fit ends, 1 - erfc/2 (2 - erfc) above 0.
 // Branch-free, so loops vectorize inline: GELU's loop takes 3/4 of the time it takes with
 // libmvec's erff. NaN passes through; past where erfc's fp32 value would be subnormal it

@@ -10,11 +10,9 @@ later passes load it back: a transcendental per element traded for an L1 load.
 """
 from __future__ import annotations
 
+from ...lowering.op_groups import COSTLY_OPS   # far more than a load from L1
 from ...lowering.values import IndexValue, Load, Masked, Op
 
-# Ops whose evaluation costs far more than a load from L1.
-COSTLY_OPS = frozenset(("exp exp2 expm1 log log2 log10 log1p sin cos tan asin acos atan sinh cosh tanh "
-                        "asinh acosh atanh erf sigmoid pow atan2 hypot fmod").split())
 
 # The scratch arrays of one row stay below this many bytes: each OpenMP thread
 # holds its own on its stack, and they should stay in the core's L2.

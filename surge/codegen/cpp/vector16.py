@@ -46,7 +46,6 @@ import torch
 
 from ...lowering.sizes import index_symbol, linear_coefficient
 from ...lowering.values import Constant, Load, Op
-from ..fused_forms import fused_form
 from ..gelu_fits import EXP2, NORMAL_CDF, NORMAL_CDF_CLAMP, ONE_PLUS_ERF, ONE_PLUS_ERF_CLAMP, horner
 from .ops import load_expr, literal
 
@@ -193,6 +192,11 @@ for _op, _mask_op in (("logical_and", "&"), ("logical_or", "|"), ("logical_xor",
     vector_rule(_op, signature="mm:m")((lambda s: lambda a, b: f"__mmask16({a} {s} {b})")(_mask_op))
 
 
+# GELU's normal CDF and 1 + erf (lowering/fused_forms.py): the prelude's, in lanes
+for _op in ("normal_cdf", "one_plus_erf"):
+    vector_rule(_op, signature="f:f")((lambda f: lambda a: f"surge_v_{f}({a})")(_op))
+
+
 @vector_rule("neg", signature="f:f")
 def _neg(a):
     return f"(-{a})"   # a sign flip, as the scalar negation: -(+0) is -0
@@ -315,12 +319,6 @@ class VectorLoop:
         if isinstance(v, Op):
             if v.op == "cast":
                 return self.cast(v)
-            form = fused_form(v)
-            if form is not None:   # GELU's normal CDF or 1 + erf (the prelude's, in lanes)
-                arg = self.value(form[1][0])
-                if arg.kind != "f":
-                    raise NoVectorForm(f"{form[0]} of {arg.kind}")
-                return self.assign("f", f"surge_v_{form[0]}({arg.name})")
             if v.op not in VECTOR_RULES:
                 raise NoVectorForm(f"op {v.op}")
             kinds, result, rule = VECTOR_RULES[v.op]

@@ -21,12 +21,12 @@ import dataclasses
 import sympy
 import torch
 
+from ...lowering.reductions import HIGHEST, ONE, ZERO, ReductionKind, reduction_kind
 from ...lowering.sizes import linear_coefficient
 from ...lowering.values import Constant, IndexValue, Load, Masked, Op, cast_scalar
 from ...runtime.triton_mode import interpreting
 from ..common import KernelPlan, format_index, layout_span
 from .functions import functions_called
-from ..fused_forms import fused_form
 from .ops import COSTLY_OPS, OP_RULES, POINTER_TYPES, cast_expr, compute_dtype, literal, triton_dtype
 
 INT32_LIMIT = 2**31 - 1
@@ -181,13 +181,10 @@ class TritonKernelWriter:
         if isinstance(v, Load):
             return self._emit_load(scope, v, masks)
         if isinstance(v, Op):
-            form = fused_form(v)
-            args = [self.emit(scope, c, masks) for c in (form[1] if form else v.children)]
+            args = [self.emit(scope, c, masks) for c in v.children]
             uses_r = any(a.uses_r for a in args)
             scalar = all(a.scalar for a in args)
-            if form is not None:
-                expr = f"_{form[0]}({', '.join(a.name for a in args)})"   # functions.py
-            elif v.op == "cast":
+            if v.op == "cast":
                 folded = _constant_of(v.children[0])
                 if folded is not None:   # a literal has no .to(): the converted literal instead
                     value = cast_scalar(folded, v.children[0].dtype, v.dtype)
@@ -205,7 +202,7 @@ class TritonKernelWriter:
                                       dtype=v.children[0].dtype if v.op != "where" else v.dtype)
             if scalar:
                 return Emitted(expr, v.dtype, False, True)
-            self.costly_ops += form is not None or v.op in COSTLY_OPS
+            self.costly_ops += v.op in COSTLY_OPS
             return Emitted(self.assign(scope, expr), v.dtype, uses_r, False)
         if isinstance(v, Masked):
             cond = self.emit(scope, v.mask, masks)
@@ -269,18 +266,16 @@ class TritonKernelWriter:
             index += " + tl.zeros_like(xindex)"
         scope.lines.append(f"tl.store({pointer} + {index}, {value}, {self.mask(with_r)})")
 
-    # -- reductions --------------------------------------------------------------
-    def neutral(self, kind: str, dtype: torch.dtype) -> str:
-        if kind in ("sum", "any", "var"):
-            return "0"
-        if kind == "prod" or kind == "all":
-            return "1"
-        largest = kind in ("min", "argmin")
+    # -- reductions: the table of lowering/reductions.py, one rule per combine and finalize --
+    def neutral(self, kind: ReductionKind, dtype: torch.dtype) -> str:
+        if kind.identity in (ZERO, ONE):
+            return "0" if kind.identity == ZERO else "1"
+        largest = kind.identity == HIGHEST
         if dtype.is_floating_point:
             return 'float("inf")' if largest else 'float("-inf")'
-        info = torch.iinfo(dtype) if dtype != torch.bool else None
-        if info is None:
+        if dtype == torch.bool:
             return "1" if largest else "0"
+        info = torch.iinfo(dtype)
         return str(info.max if largest else info.min)
 
     def reduced_lanes(self) -> str | None:
@@ -288,66 +283,71 @@ class TritonKernelWriter:
         rows, and rows past xnumel are never stored), None when a tile is whole rows."""
         return None if self.whole_rows else "rmask"
 
-    def row_extreme(self, kind: str, value: str, dtype: torch.dtype) -> str:
-        """A row's max or min; a NaN in a float row wins, as in eager (``tl.max`` drops it)."""
-        if dtype.is_floating_point:
-            return f"tl.reduce({value}, 1, _{kind}_propagating_nan)[:, None]"
-        return f"tl.{kind}({value}, 1)[:, None]"
+    @staticmethod
+    def accumulated(member, kind: ReductionKind) -> torch.dtype:
+        """The dtype of the elements a reduction accumulates."""
+        return member.value.dtype if kind.compares_inputs else member.buffer.acc_dtype
+
+    def row_combine(self, kind: ReductionKind, value: str, dtype: torch.dtype) -> str:
+        """The combine of a tile's lanes along r, per row (``[XBLOCK, 1]``)."""
+        combine = kind.combine
+        if combine == "add":
+            expr = f"tl.sum({value}, 1)[:, None]"
+        elif combine == "mul":
+            expr = f"tl.reduce({value}, 1, _prod_combine)[:, None]"
+        elif combine in ("max", "min") and kind.nan == "propagate" and dtype.is_floating_point:
+            expr = f"tl.reduce({value}, 1, _{combine}_propagating_nan)[:, None]"   # tl.max drops NaN
+        elif combine in ("max", "min", "or", "and"):
+            expr = f"tl.{'max' if combine in ('max', 'or') else 'min'}({value}, 1)[:, None]"
+        else:
+            raise NotImplementedError(f"no Triton rule for the combine {combine!r} ({kind.name})")
+        return expr + " != 0" if kind.finalize == "nonzero" else expr
+
+    def reduction_input(self, scope: Scope, member, kind: ReductionKind) -> str:
+        e = self.emit(scope, member.value)
+        body = self.block(e, self.accumulated(member, kind), True)
+        return f"{body}.to(tl.int8)" if kind.finalize == "nonzero" else body
 
     def reduce_persistent(self, scope: Scope, member) -> None:
         buf = member.buffer
-        kind = buf.reduction_type
-        e = self.emit(scope, member.value)
-        acc = buf.acc_dtype if kind not in ("argmax", "argmin") else member.value.dtype
-        body = self.block(e, acc, True)
-        if kind in ("any", "all"):
-            body = f"{body}.to(tl.int8)"
+        kind = reduction_kind(buf.reduction_type)
+        acc = self.accumulated(member, kind)
+        body = self.reduction_input(scope, member, kind)
         lanes = self.reduced_lanes()
         masked = body
         if lanes is not None:
             masked = self.assign(scope, f"tl.where({lanes}, {body}, {self.neutral(kind, acc)})")
-        if kind == "sum":
-            expr = f"tl.sum({masked}, 1)[:, None]"
-        elif kind in ("max", "min"):
-            expr = self.row_extreme(kind, masked, acc)
-        elif kind == "prod":
-            expr = f"tl.reduce({masked}, 1, _prod_combine)[:, None]"
-        elif kind == "any":
-            expr = f"tl.max({masked}, 1)[:, None] != 0"
-        elif kind == "all":
-            expr = f"tl.min({masked}, 1)[:, None] != 0"
-        elif kind in ("argmax", "argmin") and acc.is_floating_point:   # NaN wins, as in eager
+        if kind.tracks_index and kind.nan == "extreme" and acc.is_floating_point:   # NaN wins, as in eager
             pair = self.tmp()
             lanes_index = "rindex + tl.zeros([XBLOCK, RBLOCK], tl.int32)"
-            scope.lines.append(f"_, {pair} = tl.reduce(({masked}, {lanes_index}), 1, _{kind}_combine)")
+            scope.lines.append(f"_, {pair} = tl.reduce(({masked}, {lanes_index}), 1, _arg{kind.combine}_combine)")
             expr = f"{pair}[:, None].to(tl.int64)"
-        elif kind in ("argmax", "argmin"):
-            expr = f"tl.{kind}({masked}, 1)[:, None].to(tl.int64)"
-        elif kind == "var":
+        elif kind.tracks_index:
+            expr = f"tl.arg{kind.combine}({masked}, 1)[:, None].to(tl.int64)"
+        elif kind.combine == "moments":   # two passes over the tile: the mean, the squared deviations
             mean = self.assign(scope, f"tl.sum({masked}, 1)[:, None] / {self.rnumel}")
             dev = f"{body} - {mean}" if lanes is None else f"tl.where({lanes}, {body} - {mean}, 0.0)"
             dev = self.assign(scope, dev)
             expr = f"tl.sum({dev} * {dev}, 1)[:, None] / {float(self.rnumel - buf.correction)}"
         else:
-            raise NotImplementedError(kind)
-        self.reduced[buf.name] = Emitted(self.assign(scope, expr), buf.acc_dtype if kind not in (
-            "argmax", "argmin") else torch.int64, False, False)
+            expr = self.row_combine(kind, masked, acc)
+        self.reduced[buf.name] = Emitted(self.assign(scope, expr), kind.result_dtype(buf.acc_dtype), False, False)
 
     def reduce_looped_init(self, outer: Scope, member) -> list:
-        buf, kind = member.buffer, member.buffer.reduction_type
-        acc = buf.acc_dtype if kind not in ("argmax", "argmin") else member.value.dtype
-        t = triton_dtype(compute_dtype(acc)) if kind not in ("any", "all") else "tl.int8"
+        kind = reduction_kind(member.buffer.reduction_type)
+        acc = self.accumulated(member, kind)
+        t = triton_dtype(compute_dtype(acc)) if kind.finalize != "nonzero" else "tl.int8"
         shape = "[XBLOCK, RBLOCK]"
         # named by position, not by buffer: the same reduction in another layer of the
         # model is then the same kernel text, one compile (kernel_files)
         k = self.accumulators
         self.accumulators += 1
         names = [f"acc{k}"]
-        if kind == "var":
+        if kind.combine == "moments":   # Welford's running mean, M2 and count per lane
             names = [f"mean{k}", f"m2_{k}", f"weight{k}"]
             for n in names:
                 outer.lines.append(f"{n} = tl.zeros({shape}, tl.float32)")
-        elif kind in ("argmax", "argmin"):
+        elif kind.tracks_index:
             names = [f"acc{k}", f"idx{k}"]
             outer.lines.append(f"{names[0]} = tl.full({shape}, {self.neutral(kind, acc)}, {t})")
             outer.lines.append(f"{names[1]} = tl.zeros({shape}, tl.int64)")
@@ -356,29 +356,28 @@ class TritonKernelWriter:
         return names
 
     def reduce_looped_update(self, scope: Scope, member, accs) -> None:
-        buf, kind = member.buffer, member.buffer.reduction_type
-        acc = buf.acc_dtype if kind not in ("argmax", "argmin") else member.value.dtype
-        e = self.emit(scope, member.value)
-        body = self.block(e, acc, True)
-        if kind in ("any", "all"):
-            body = f"{body}.to(tl.int8)"
+        kind = reduction_kind(member.buffer.reduction_type)
+        combine, acc = kind.combine, self.accumulated(member, kind)
+        body = self.reduction_input(scope, member, kind)
         lanes = self.reduced_lanes()
         a = accs[0]
-        if kind == "sum":
-            scope.lines.append(f"{a} = {a} + tl.where({lanes}, {body}, 0)")
-        elif kind in ("max", "any", "min", "all"):
-            fn = "tl.maximum" if kind in ("max", "any") else "tl.minimum"
-            nan = ", propagate_nan=tl.PropagateNan.ALL" if kind in ("max", "min") and acc.is_floating_point else ""
-            scope.lines.append(f"{a} = {fn}({a}, tl.where({lanes}, {body}, {self.neutral(kind, acc)}){nan})")
-        elif kind == "prod":
-            scope.lines.append(f"{a} = {a} * tl.where({lanes}, {body}, 1)")
-        elif kind in ("argmax", "argmin"):
-            cmp = ">" if kind == "argmax" else "<"
-            wins = f"({body} {cmp} {a})" + (f" | (({body} != {body}) & ({a} == {a}))" if acc.is_floating_point else "")
+        if kind.tracks_index:
+            cmp = ">" if combine == "max" else "<"
+            wins = f"({body} {cmp} {a})"
+            if kind.nan == "extreme" and acc.is_floating_point:   # the first NaN wins
+                wins += f" | (({body} != {body}) & ({a} == {a}))"
             take = self.assign(scope, f"({lanes}) & ({wins})")
             scope.lines.append(f"{a} = tl.where({take}, {body}, {a})")
             scope.lines.append(f"{accs[1]} = tl.where({take}, rindex + tl.zeros([XBLOCK, RBLOCK], tl.int64), {accs[1]})")
-        elif kind == "var":
+        elif combine == "add":
+            scope.lines.append(f"{a} = {a} + tl.where({lanes}, {body}, 0)")
+        elif combine == "mul":
+            scope.lines.append(f"{a} = {a} * tl.where({lanes}, {body}, 1)")
+        elif combine in ("max", "min", "or", "and"):
+            fn = "tl.maximum" if combine in ("max", "or") else "tl.minimum"
+            nan = ", propagate_nan=tl.PropagateNan.ALL" if kind.nan == "propagate" and acc.is_floating_point else ""
+            scope.lines.append(f"{a} = {fn}({a}, tl.where({lanes}, {body}, {self.neutral(kind, acc)}){nan})")
+        elif combine == "moments":
             mean, m2, weight = accs
             w = self.assign(scope, f"{weight} + tl.where({lanes}, 1.0, 0.0)")
             delta = self.assign(scope, f"tl.where({lanes}, {body} - {mean}, 0.0)")
@@ -386,32 +385,23 @@ class TritonKernelWriter:
             scope.lines.append(f"{m2} = {m2} + tl.where({lanes}, {delta} * ({body} - {new_mean}), 0.0)")
             scope.lines.append(f"{mean} = {new_mean}")
             scope.lines.append(f"{weight} = {w}")
+        else:
+            raise NotImplementedError(f"no Triton rule for the combine {combine!r} ({kind.name})")
 
     def reduce_looped_finish(self, outer: Scope, member, accs) -> None:
-        buf, kind = member.buffer, member.buffer.reduction_type
-        a = accs[0]
-        if kind == "sum":
-            expr = f"tl.sum({a}, 1)[:, None]"
-        elif kind in ("max", "min"):
-            expr = self.row_extreme(kind, a, buf.acc_dtype)
-        elif kind == "prod":
-            expr = f"tl.reduce({a}, 1, _prod_combine)[:, None]"
-        elif kind in ("any", "all"):
-            expr = f"tl.{'max' if kind == 'any' else 'min'}({a}, 1)[:, None] != 0"
-        elif kind in ("argmax", "argmin"):
-            combine = f"_{kind}_combine"
+        buf = member.buffer
+        kind = reduction_kind(buf.reduction_type)
+        if kind.tracks_index:
             pair = self.tmp()
-            outer.lines.append(f"_, {pair} = tl.reduce(({a}, {accs[1]}), 1, {combine})")
+            outer.lines.append(f"_, {pair} = tl.reduce(({accs[0]}, {accs[1]}), 1, _arg{kind.combine}_combine)")
             expr = f"{pair}[:, None]"
-        elif kind == "var":
-            combine = "_welford_combine"
+        elif kind.combine == "moments":
             m2 = self.tmp()
-            outer.lines.append(f"_, {m2}, _ = tl.reduce(({accs[0]}, {accs[1]}, {accs[2]}), 1, {combine})")
+            outer.lines.append(f"_, {m2}, _ = tl.reduce(({accs[0]}, {accs[1]}, {accs[2]}), 1, _welford_combine)")
             expr = f"{m2}[:, None] / {float(self.rnumel - buf.correction)}"
         else:
-            raise NotImplementedError(kind)
-        dtype = torch.int64 if kind in ("argmax", "argmin") else buf.acc_dtype
-        self.reduced[buf.name] = Emitted(self.assign(outer, expr), dtype, False, False)
+            expr = self.row_combine(kind, accs[0], buf.acc_dtype)
+        self.reduced[buf.name] = Emitted(self.assign(outer, expr), kind.result_dtype(buf.acc_dtype), False, False)
 
     # -- the kernel ----------------------------------------------------------------
     def index_setup(self, scope: Scope, prefix: str, sizes) -> None:

@@ -63,8 +63,9 @@ def _string_literal(text: str) -> str:
 
 
 @phase_timer.phase("codegen")
-def generate_module(schedule: Schedule, persistent_limit: int = 8192) -> tuple:
-    """(module source, {call-site kernel name: KernelSource})."""
+def generate_module(schedule: Schedule, persistent_limit: int = 8192, compile_workers: int | None = None) -> tuple:
+    """(module source, {call-site kernel name: KernelSource}). ``compile_workers``: the most
+    kernel compile processes to start (``Options.compile_workers``)."""
     from ...runtime import compile_pool
     from ...runtime.triton_mode import interpreting
 
@@ -85,7 +86,7 @@ def generate_module(schedule: Schedule, persistent_limit: int = 8192) -> tuple:
                           costly_ops=ks.costly_ops, column=ks.column, signature={p: t for p, _, t in ks.params})
     if schedule.graph.device.type == "cuda" and not interpreting():
         # kernels compile when the module is loaded: start the workers while it is written
-        compile_pool.start_workers(len(files))
+        compile_pool.start_workers(len(files), compile_workers)
     parts = [HEADER, "KERNEL_FILES = {}\n"]
     parts.extend(f"KERNEL_FILES[{key!r}] = {_string_literal(text)}\n" for key, text in files.items())
     parts.append(KERNELS_LINE + repr(meta) + "\n")

@@ -6,13 +6,14 @@ see fp32 or fp64 operands. Functions Triton's core lacks come from libdevice
 (``triton.language.extra.libdevice``); in the CPU interpreter, which lacks
 libdevice, the generated module binds ``libdevice`` to surge's stand-ins
 (``surge.runtime.interpreter_libdevice``), so the kernel source is the same.
-Rules may call surge's own device functions (``functions.py``: erf, bf16 widening);
-``codegen/fused_forms.py`` lets one of them compute several ops at once.
+Rules may call surge's own device functions (``functions.py``: erf, bf16 widening, and
+the fused forms of ``lowering/fused_forms.py``, one function each).
 """
 from __future__ import annotations
 
 import torch
 
+from ...lowering.op_groups import COSTLY_OPS as LOOP_IR_COSTLY_OPS
 from ...registry import rule_registrar
 from ..dtypes import compute_dtype
 
@@ -221,10 +222,20 @@ def _where(c, a, b, dtype):
     return f"tl.where({c}, {a}, {b})"
 
 
+@rule("normal_cdf")
+def _normal_cdf(x, dtype):
+    return f"_normal_cdf({x})"
+
+
+@rule("one_plus_erf")
+def _one_plus_erf(z, dtype):
+    return f"_one_plus_erf({z})"
+
+
 # Ops that run as many instructions (special-function units, libdevice series): a
 # pointwise kernel with many of them is compute-bound, which its launch config weighs.
-COSTLY_OPS = frozenset(["exp", "log", "sin", "cos", "erf", "exp2", "log2", "sigmoid", "pow", "atan2", "hypot",
-                        "fmod", *_LIBDEVICE_UNARY])
+# Every libdevice call counts here (trunc too).
+COSTLY_OPS = LOOP_IR_COSTLY_OPS | frozenset(_LIBDEVICE_UNARY)
 
 
 def cast_expr(value: str, src: torch.dtype, dst: torch.dtype) -> str:
