@@ -20,6 +20,7 @@ from .variables.containers import (
 from .variables.functions import UserFunctionVariable, UserMethodVariable
 from .variables.objects import DICT_STORAGE_BASES, ClassVariable, NewObjectVariable, NNModuleVariable, PythonModuleVariable, UserObjectVariable
 from .variables.tensor import TensorVariable
+from .variables.tensor_subclasses import PLAIN_TENSOR_CLASSES, rewrap
 from .variables.torch_fns import TorchFunctionVariable
 
 _LITERAL_TYPES = (int, str, bool, type(None), bytes)
@@ -49,6 +50,8 @@ def collect_tensor_outputs(value: Variable, outputs: list, seen: set, each=None)
         if value.node.op != "placeholder" and value.node not in seen:
             seen.add(value.node)
             outputs.append(value)
+        for item in value.attrs.values():  # a subclass instance's own attributes
+            each(item, outputs, seen)
     elif isinstance(value, (TupleVariable, ListVariable)):
         for item in value.items:
             each(item, outputs, seen)
@@ -79,7 +82,13 @@ class ReturnCodegen:
         if isinstance(value, TensorVariable):
             if value.node.op == "placeholder":
                 return self.codegen.value_of(value.source)
-            return f"out[{self.output_index[value.node]}]"
+            out = f"out[{self.output_index[value.node]}]"
+            if value.cls in PLAIN_TENSOR_CLASSES:
+                return out
+            # A subclass instance: the plain output as its class, with its attributes.
+            attrs = ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.attrs.items())
+            cls = self.codegen.consts.ref(value.cls, value.cls.__name__)
+            return f"{self.codegen.consts.ref(rewrap, 'rewrap')}({out}, {cls}, {{{attrs}}})"
         if isinstance(value, ConstantVariable):
             if isinstance(value.value, tuple):
                 items = "(" + "".join(self.const(v) + ", " for v in value.value) + ")"

@@ -354,3 +354,18 @@ class ClassEntrySource:
 
     def expr(self, parent, consts):
         return f"{consts.ref(class_entry, 'class_entry')}({parent}, {self.attr!r})"
+
+
+@dataclass(frozen=True)
+class PlainTensorSource:
+    """A tensor-subclass input as a plain ``torch.Tensor`` alias (same data, autograd
+    history and version counter): what the graph and the tensor guards read, so that
+    neither runs the class's ``__torch_function__``."""
+
+    parent: Source
+
+    def name(self):
+        return f"{self.parent.name()} as Tensor"
+
+    def expr(self, parent, consts):
+        return f"{consts.ref(torch._C.TensorBase.as_subclass, 'as_subclass')}({parent}, {consts.ref(torch.Tensor, 'Tensor')})"

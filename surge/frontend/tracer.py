@@ -47,6 +47,11 @@ class Tracer:
         self.graph = GraphBuilder()
         self.side_effects = SideEffects()
         self.grad_enabled = torch.is_grad_enabled()
+        # Whether tensor subclasses' __torch_function__ overrides run (variables/torch_function.py):
+        # as at the call, off inside DisableTorchFunctionSubclass blocks; guarded once consulted.
+        self.torch_function_at_entry = torch._C._is_torch_function_enabled()
+        self.torch_function_enabled = self.torch_function_at_entry
+        self.torch_function_guarded = False
         # The open torch.autocast blocks (AutocastContextVariables), outermost first.
         self.autocast_blocks: list = []
         self.current_frame = None

@@ -15,7 +15,7 @@ import weakref
 
 import torch
 
-from ..sources import AttrSource, ItemSource, is_typing_form
+from ..sources import AttrSource, ItemSource, PlainTensorSource, is_typing_form
 from ..wrappers import compiled_original
 from .base import unsupported
 from .autocast import wrap_autocast_object
@@ -30,8 +30,12 @@ from .functions import (
 from . import copies, dataclass_rules, signatures  # noqa: F401  (register their rules)
 from .objects import (
     ClassVariable, NNModuleVariable, PythonModuleVariable, UserObjectVariable, WeakRefVariable, is_torch_library_code,
+    static_lookup,
 )
+from .class_attributes import guard_class_entry
 from .tensor import TensorVariable
+from .tensor_subclasses import plain_alias
+from .torch_function import overrides_torch_function
 from .torch_fns import TORCH_FUNCTION_RULES, TorchFunctionVariable
 
 _CALLABLE_TYPES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodDescriptorType,
@@ -254,13 +258,34 @@ def _is_torch_op_builtin(fn) -> bool:
 
 
 def _wrap_tensor(tx, value: torch.Tensor, source):
-    if type(value) not in (torch.Tensor, torch.nn.Parameter):
-        unsupported(f"tensor subclass {type(value).__qualname__} as an input")
+    cls = type(value)
     if source is None:
         unsupported("a tensor constant that is not reachable from the inputs")
+    if cls not in (torch.Tensor, torch.nn.Parameter):
+        return _wrap_subclass_tensor(tx, value, source)
     if value.is_sparse or value.layout != torch.strided:
         unsupported("sparse or non-strided tensor input")
     tx.guards.tensor(source, value)
     node = tx.graph.placeholder(source, value, source.name())
-    return TensorVariable(node, node.meta["val"], value.device, cls=type(value), source=source, real=value)
+    return TensorVariable(node, node.meta["val"], value.device, cls=cls, source=source, real=value)
+
+
+def _wrap_subclass_tensor(tx, value: torch.Tensor, source):
+    """An instance of a user subclass: guarded on its type (and on its class's
+    ``__torch_function__``); the graph and the metadata guards read a plain alias of it
+    (``PlainTensorSource``), so no override runs there."""
+    cls = type(value)
+    if getattr(cls, "__torch_dispatch__", torch._C._disabled_torch_dispatch_impl) \
+            is not torch._C._disabled_torch_dispatch_impl:
+        unsupported(f"tensor subclass {cls.__qualname__} with __torch_dispatch__ as an input")
+    plain = plain_alias(value)
+    if plain.is_sparse or plain.layout != torch.strided:
+        unsupported("sparse or non-strided tensor input")
+    tx.guards.type_is(source, cls)
+    if overrides_torch_function(cls):
+        guard_class_entry(tx, cls, "__torch_function__", static_lookup(cls, "__torch_function__"))
+    plain_source = PlainTensorSource(source)
+    tx.guards.tensor(plain_source, plain)
+    node = tx.graph.placeholder(plain_source, plain, source.name())
+    return TensorVariable(node, node.meta["val"], plain.device, cls=cls, source=source, real=value)
 

@@ -7,6 +7,7 @@ import types
 from ..sources import ConstSource
 from .base import AttributeMissing, Variable, raise_in_user_code
 from .objects import ClassVariable
+from .torch_function import DEFAULT_TORCH_FUNCTION, DefaultTorchFunctionVariable
 
 
 class SubclassesMethodVariable(Variable):
@@ -44,6 +45,8 @@ def super_class_attribute(tx, super_var, name: str):
         if name not in klass.__dict__:
             continue
         value = klass.__dict__[name]
+        if value is DEFAULT_TORCH_FUNCTION:  # torch's own, not traced: see torch_function.py
+            return DefaultTorchFunctionVariable(super_var.self_var.cls)
         if isinstance(value, classmethod):
             return UserMethodVariable(UserFunctionVariable(value.__func__), super_var.self_var)
         if isinstance(value, staticmethod):

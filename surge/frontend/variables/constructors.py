@@ -21,6 +21,7 @@ from .autocast import AUTOCAST_CLASSES, construct_autocast
 from .contexts import GRAD_MODE_CLASSES, PROFILER_CLASSES, ProfilerContextVariable, make_grad_context
 from .objects import NewObjectVariable, bind_class_attribute, static_lookup, _MISSING
 from .torch_fns import PURE_TORCH_CLASSES, call_pure_torch_class
+from .torch_function import DISABLE_CLASSES, DisableTorchFunctionContextVariable
 
 
 def _null_context(tx, enter_result=None):
@@ -96,7 +97,13 @@ def construct(tx, class_var, args, kwargs):
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         return _namedtuple(tx, cls, args, kwargs)
     if issubclass(cls, torch.Tensor):
-        unsupported(f"constructing {cls.__qualname__} directly")
+        if cls is torch.Tensor:
+            unsupported("constructing torch.Tensor directly")
+        from .tensor_subclasses import construct_subclass
+
+        return construct_subclass(tx, cls, list(args), dict(kwargs))
+    if cls in DISABLE_CLASSES:
+        return DisableTorchFunctionContextVariable(cls)
     if cls is object:
         if args or kwargs:
             unsupported("object() takes no arguments")

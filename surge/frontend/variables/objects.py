@@ -16,6 +16,7 @@ from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .class_attributes import class_entry_source_of, guard_class_entry, is_trusted_class
 from .constant import NONE, ConstantVariable
 from .module_methods import ALLOWED_MODULE_BASE_METHODS, MODULE_METHOD_RULES, ModuleMethodVariable, ModuleSliceVariable
+from .torch_function import DEFAULT_TORCH_FUNCTION, DefaultTorchFunctionVariable
 from .exceptions import ExceptionVariable  # noqa: F401  (where the interpreter and rules find it)
 
 _MISSING = object()
@@ -516,6 +517,9 @@ class ClassVariable(Variable):
             raise AttributeMissing(name)
         if name == "apply" and issubclass(self.cls, torch.autograd.Function):
             return AutogradFunctionApplyVariable(self.cls)
+        if static is DEFAULT_TORCH_FUNCTION:
+            guard_class_entry(tx, self.cls, name, static)
+            return DefaultTorchFunctionVariable(self.cls)
         if isinstance(static, (classmethod, staticmethod, types.FunctionType)):
             guard_class_entry(tx, self.cls, name, static)
         if isinstance(static, classmethod):
@@ -559,6 +563,8 @@ class SuperVariable(Variable):
         for klass in mro[start:]:
             if name in klass.__dict__:
                 value = klass.__dict__[name]
+                if value is DEFAULT_TORCH_FUNCTION:
+                    return DefaultTorchFunctionVariable(obj_type)
                 if klass is object and name == "__init__":
                     return NoOpVariable()
                 if klass is dict and isinstance(self.self_var, UserObjectVariable):

@@ -18,16 +18,21 @@ from ..graph_builder import run_on_meta
 from .autocast import run_under_autocast
 from .base import AttributeMissing, Variable, unsupported
 from .constant import ConstantVariable, is_constant_value, is_numpy_scalar
+from . import torch_function
+from .tensor_subclasses import PLAIN_TENSOR_CLASSES, as_subclass_method, subclass_getattr, subclass_setattr
 
 
 class TensorVariable(Variable):
-    def __init__(self, node, example: torch.Tensor, device: torch.device, cls=torch.Tensor, source=None, real=None):
+    def __init__(self, node, example: torch.Tensor, device: torch.device, cls=torch.Tensor, source=None, real=None,
+                 attrs=None):
         self.node = node
         self.example = example  # a meta tensor
         self.device = device
         self.cls = cls
         self.source = source
         self.real = real  # the real tensor, for graph inputs only
+        # Python attributes of a subclass instance the trace made (tensor_subclasses.py).
+        self.attrs = attrs if attrs is not None else {}
 
     def python_type(self):
         return self.cls
@@ -36,6 +41,10 @@ class TensorVariable(Variable):
         unsupported("branching on a tensor's value (data-dependent control flow)")
 
     def getattr(self, tx, name):
+        if self.cls not in PLAIN_TENSOR_CLASSES:
+            found = subclass_getattr(tx, self, name)
+            if found is not None:
+                return found
         rule = TENSOR_ATTRIBUTES.get(name)
         if rule is not None:
             return rule(tx, self)
@@ -46,6 +55,9 @@ class TensorVariable(Variable):
         from .functions import TensorMethodVariable
 
         return TensorMethodVariable(self, name)
+
+    def setattr(self, tx, name, value):
+        subclass_setattr(tx, self, name, value)
 
     def call_method(self, tx, name, args, kwargs):
         if name in TENSOR_ATTRIBUTES:
@@ -75,6 +87,9 @@ class TensorVariable(Variable):
 
 
 def call_tensor_method(tx, tensor: TensorVariable, name: str, args: list, kwargs: dict) -> Variable:
+    overridden = torch_function.dispatch_method(tx, tensor, name, args, kwargs)
+    if overridden is not None:
+        return overridden
     if name in DATA_DEPENDENT_METHODS:
         unsupported(f"Tensor.{name}() reads tensor data into Python")
     rule = TENSOR_METHODS.get(name)
@@ -115,7 +130,16 @@ def _unwrap(value: Variable, devices: list):
 
 
 def record_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable:
-    """Add one op to the graph and return its symbolic result."""
+    """Add one op to the graph and return its symbolic result; an argument whose class
+    overrides ``__torch_function__`` gets the op handed to that override instead."""
+    overridden = torch_function.dispatch(tx, kind, target, args, kwargs)
+    if overridden is not None:
+        return overridden
+    return record_plain_op(tx, kind, target, args, kwargs)
+
+
+def record_plain_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable:
+    """Add one op to the graph as it is (no ``__torch_function__`` dispatch)."""
     devices: list = []
     fx_args, meta_args = [], []
     for a in args:
@@ -140,7 +164,12 @@ def record_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable:
     node = tx.graph.create_node(kind, target, tuple(fx_args), fx_kwargs, tx.stack_trace())
     if result is None and target in RESULTLESS_OPS:
         return ConstantVariable(None)
-    return wrap_result(tx, node, result, device)
+    wrapped = wrap_result(tx, node, result, device)
+    if isinstance(wrapped, TensorVariable) and args and isinstance(args[0], TensorVariable) \
+            and result is meta_args[0] and args[0].cls is not torch.Tensor:
+        # An in-place method returns its tensor itself: the same class and attributes.
+        wrapped.cls, wrapped.attrs = args[0].cls, args[0].attrs
+    return wrapped
 
 
 # Ops run for their effect on an argument; they return None.
@@ -242,9 +271,18 @@ def _guarded_autograd_fact(tx, t, read, condition: str, text: str) -> bool:
     ``condition`` is the same read as generated code over ``{v}``."""
     if t.real is None:
         return read(t.example)
+    _refuse_overriding_input(t, text)
     value = bool(read(t.real))
     tx.guards.add(t.source, f"({condition}) is {value}", f"{t.source.name()}{text} is {value}")
     return value
+
+
+def _refuse_overriding_input(t, what: str) -> None:
+    # Reading it from the real object would run the class's __torch_function__ at capture
+    # time and in the guards; the plain alias the graph sees has its own autograd facts.
+    if torch_function.overrides_torch_function(t.cls):
+        unsupported(f"reading {what.strip(' .')} of an input of tensor subclass {t.cls.__qualname__} "
+                    "(it overrides __torch_function__)")
 
 
 @tensor_attribute("grad_fn")
@@ -293,6 +331,7 @@ def _data(tx, t):
 def _grad(tx, t):
     if t.source is None or t.real is None:
         unsupported("reading .grad of a tensor computed inside the compiled code")
+    _refuse_overriding_input(t, ".grad")
     from ..sources import AttrSource
 
     return tx.wrap(t.real.grad, AttrSource(t.source, "grad"))
@@ -328,3 +367,15 @@ def _type_method(tx, t, args, kwargs):
                                 torch.int64: "LongTensor", torch.int32: "IntTensor",
                                 torch.bool: "BoolTensor"}.get(t.example.dtype, "Tensor"))
     return record_op(tx, "call_method", "type", [t, *args], kwargs)
+
+
+@tensor_method("as_subclass")
+def _as_subclass(tx, t, args, kwargs):
+    return as_subclass_method(tx, t, args, kwargs)
+
+
+# torch.Tensor.__getitem__ / __setitem__ called as functions (what an override receives).
+TENSOR_METHODS["__getitem__"] = lambda tx, t, args, kwargs: record_op(
+    tx, "call_function", operator.getitem, [t, *args], {})
+TENSOR_METHODS["__setitem__"] = lambda tx, t, args, kwargs: record_op(
+    tx, "call_function", operator.setitem, [t, *args], {})

@@ -12,7 +12,10 @@ import torch
 from ...registry import rule_registrar
 from .base import KnownCallableVariable, unsupported
 from .constant import ConstantVariable, is_constant_value
+from .builtins import BUILTIN_RULES
 from .tensor import TensorVariable, record_op
+from .tensor_subclasses import make_subclass, tensor_new
+from .torch_function import call_overrides, is_overriding, subclass_dispatch_enabled
 
 TORCH_FUNCTION_RULES: dict = {}
 
@@ -50,6 +53,9 @@ class TorchFunctionVariable(KnownCallableVariable):
         rule = TORCH_FUNCTION_RULES.get(self.fn)
         if rule is not None:
             return rule(tx, self.fn, args, kwargs)
+        if args and isinstance(args[0], TensorVariable) and getattr(torch.Tensor, name, None) is self.fn:
+            # torch.Tensor.<method>(t, ...), as an override receives it: the method's own rules.
+            return args[0].call_method(tx, name, list(args[1:]), dict(kwargs))
         return record_op(tx, "call_function", self.fn, list(args), dict(kwargs))
 
     def __repr__(self):
@@ -59,8 +65,25 @@ class TorchFunctionVariable(KnownCallableVariable):
 @torch_rule(torch._C._has_torch_function, torch._C._has_torch_function_unary,
             torch._C._has_torch_function_variadic)
 def _has_torch_function(tx, fn, args, kwargs):
-    # Only plain tensors and Parameters become graph values: no __torch_function__ overrides.
-    return ConstantVariable(False)
+    # True for an argument whose class overrides __torch_function__ (while dispatch is on).
+    values = args[0].iterate(tx) if fn is torch._C._has_torch_function else list(args)
+    return ConstantVariable(any(is_overriding(v) for v in values) and subclass_dispatch_enabled(tx))
+
+
+@torch_rule(torch.overrides.handle_torch_function)
+def _handle_torch_function(tx, fn, args, kwargs):
+    """``handle_torch_function(public_api, relevant_args, *args, **kwargs)`` of torch's
+    Python functions: the overrides run on the call's own arguments."""
+    public_api = getattr(args[0], "fn", None)
+    if public_api is None:
+        unsupported(f"handle_torch_function with {args[0]} as its function")
+    return call_overrides(tx, public_api, list(args[2:]), dict(kwargs))
+
+
+@torch_rule(torch._C._is_torch_function_enabled)
+def _is_torch_function_enabled(tx, fn, args, kwargs):
+    subclass_dispatch_enabled(tx)
+    return ConstantVariable(tx.torch_function_enabled)
 
 
 @torch_rule(torch.jit.is_scripting, torch.jit.is_tracing)
@@ -122,3 +145,7 @@ def call_pure_torch_class(tx, cls, args, kwargs):
 
 
 PURE_TORCH_CLASSES = (torch.device, torch.Size, torch.finfo, torch.iinfo, torch.dtype)
+
+
+BUILTIN_RULES[torch._C.TensorBase._make_subclass] = make_subclass
+BUILTIN_RULES[torch._C.TensorBase.__new__] = tensor_new
