@@ -26,6 +26,7 @@ from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
 from torch.utils import _pytree as pytree
 
 from ..errors import Unsupported
+from .cond import COND, trace_cond
 from .functionalize import ViewStep
 from .device_layouts import ChannelsLastConvolutions
 from .tracer import AtenTracer, TracerTensor
@@ -135,6 +136,8 @@ class _TorchLevelInterpreter(torch.fx.Interpreter):
             raise Unsupported(f"tracing failed: {type(e).__name__}: {first}", _user_location(n)) from e
 
     def call_function(self, target, args, kwargs):
+        if target is COND:
+            return trace_cond(self.run_subgraph, *args, **kwargs)
         if target is _exit_autocast and args[0] in self.open_autocast:
             self.open_autocast.remove(args[0])
         if target is _enter_autocast:
@@ -161,6 +164,10 @@ class _TorchLevelInterpreter(torch.fx.Interpreter):
                 finally:
                     torch._C._set_mkldnn_enabled(mkldnn)
         return super().call_function(target, args, kwargs)
+
+    def run_subgraph(self, gm, args) -> tuple:
+        """A subgraph of this graph (a torch.cond branch), traced into the same ATen graph."""
+        return tuple(_TorchLevelInterpreter(gm, self.tracer, {}).run(*args))
 
     def close_open_autocast(self) -> None:
         """A trace that stopped inside an autocast region must not leave autocast on."""

@@ -22,6 +22,8 @@ class GraphBuilder:
         self.inputs: list[tuple[Source, torch.Tensor]] = []
         self._placeholder_by_source: dict[Source, torch.fx.Node] = {}
         self._last_placeholder: torch.fx.Node | None = None
+        # Subgraphs that get_attr nodes name (the branches of torch.cond).
+        self.submodules: dict[str, torch.fx.GraphModule] = {}
 
     def placeholder(self, source: Source, real: torch.Tensor, name_hint: str) -> torch.fx.Node:
         node = self._placeholder_by_source.get(source)
@@ -53,7 +55,10 @@ class GraphBuilder:
 
     def graph_module(self) -> torch.fx.GraphModule:
         self.graph.lint()
-        return torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name="SurgeGraph")
+        root = torch.nn.Module()
+        for name, module in self.submodules.items():
+            root.add_module(name, module)
+        return torch.fx.GraphModule(root, self.graph, class_name="SurgeGraph")
 
 
 def run_on_meta(kind: str, target, margs: tuple, mkwargs: dict):

@@ -27,7 +27,7 @@ from .functions import (
     CACHE_WRAPPER_TYPE, OpaqueCallableVariable, PartialVariable, UserFunctionVariable, UserMethodVariable,
     cached_function_variable, guarded_by_code,
 )
-from . import copies, dataclass_rules, signatures  # noqa: F401  (register their rules)
+from . import copies, cond, dataclass_rules, signatures  # noqa: F401  (register their rules)
 from .objects import (
     ClassVariable, NNModuleVariable, PythonModuleVariable, UserObjectVariable, WeakRefVariable, is_torch_library_code,
     static_lookup,
