@@ -369,3 +369,39 @@ class PlainTensorSource:
 
     def expr(self, parent, consts):
         return f"{consts.ref(torch._C.TensorBase.as_subclass, 'as_subclass')}({parent}, {consts.ref(torch.Tensor, 'Tensor')})"
+
+
+def class_has(cls: type, name: str) -> bool:
+    """Whether some class of ``cls.__mro__`` defines ``name`` (what an absence guard reads)."""
+    return any(name in klass.__dict__ for klass in cls.__mro__)
+
+
+def super_entry(cls: type, after: type, name: str):
+    """``name`` as ``super(after, obj)`` finds it for an instance of ``cls``: the first
+    class after ``after`` in ``cls.__mro__`` defining it; AttributeError when none does."""
+    mro = cls.__mro__
+    start = next((i + 1 for i, k in enumerate(mro) if k is after), None)
+    if start is None:
+        raise AttributeError(name)
+    for klass in mro[start:]:
+        found = klass.__dict__.get(name, super_entry)
+        if found is not super_entry:
+            return found
+    raise AttributeError(name)
+
+
+@dataclass(frozen=True)
+class SuperEntrySource:
+    """What ``super(after, obj).attr`` resolves to for an instance of class ``parent``:
+    guarded, it catches a base's method replaced, a class in between gaining the name,
+    and ``__bases__`` reassigned."""
+
+    parent: Source
+    after: type
+    attr: str
+
+    def name(self):
+        return f"super({self.after.__qualname__}, {self.parent.name()}).{self.attr} entry"
+
+    def expr(self, parent, consts):
+        return f"{consts.ref(super_entry, 'super_entry')}({parent}, {consts.ref(self.after, self.after.__name__)}, {self.attr!r})"

@@ -31,15 +31,18 @@ def main(argv=None) -> int:
     parser.add_argument("--show", type=int, help="print this program's source and exit")
     parser.add_argument("--include-known", action="store_true",
                         help="also generate the constructs of open bugs that have a corpus program")
+    parser.add_argument("--classes", action="store_true",
+                        help="class-heavy programs: super() chains, class attributes, dunders the mutations add")
     args = parser.parse_args(argv)
 
     if args.show is not None:
         print(generator.generate(args.seed, args.show, backend_for(args.show, args.default_every),
-                                 args.include_known).source())
+                                 args.include_known, args.classes).source())
         return 0
     start, found = time.perf_counter(), 0
     for index in range(args.start, args.start + args.count):
-        program = generator.generate(args.seed, index, backend_for(index, args.default_every), args.include_known)
+        program = generator.generate(args.seed, index, backend_for(index, args.default_every), args.include_known,
+                                     args.classes)
         difference = checker.check_source(program.source())
         if difference is None:
             continue

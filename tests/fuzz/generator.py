@@ -69,10 +69,13 @@ class Generator:
     """``include_known``: also generate the constructs of open bugs that already have a
     corpus program (they would otherwise be most of what a run finds)."""
 
-    def __init__(self, rng: random.Random, include_known: bool = False):
+    def __init__(self, rng: random.Random, include_known: bool = False, classes: bool = False):
         self.r = rng
         self.depth = 0
         self.include_known = include_known
+        # Class-heavy programs: super() chains, class attributes and objects whose
+        # classes the mutations change (stale-cache probes of class guards).
+        self.classes = classes
 
     def pick(self, *options):
         return self.r.choice(options)
@@ -142,7 +145,20 @@ class Generator:
                  self.side_effect, self.local_function, self.python_corner, self.iterator]
         if self.depth < 2:
             kinds += [self.if_else, self.loop, self.try_except, self.no_grad, self.local_class, self.breaking]
+        if self.classes:
+            kinds += [self.class_use] * 4
         return self.r.choice(kinds)()
+
+    def class_use(self) -> Node:
+        """Reads that depend on a class hierarchy the mutations change."""
+        i, t = self.int_var(), self.tensor_var()
+        return simple(self.pick(
+            f"{i} = LEAF.scale({i})", f"{t} = LEAF.scale({t})", f"{i} = Leaf.build({i})",
+            f"{i} = LEAF.base_k() + {i}", f"{t} = {t} * Leaf().base_k()", f"{i} = Leaf().scale({i})",
+            f"{i} = int(bool(FLAG)) + {i}", f"{i} = int(bool(Flag({i})))", f"{i} = int(FLAG == Flag(1))",
+            f"{i} = lst.count(FLAG)", f"{i} = int(Flag({i}) in [FLAG])", f"{t} = {t} + 1 if FLAG else {t} - 1",
+            f"{i} = Mid().scale({i})", f"{i} = int(isinstance(LEAF, Base))",
+        ))
 
     def breaking(self) -> Node:
         """A graph break (print, a tensor's value in a branch, .item()) with state alive across it."""
@@ -298,6 +314,14 @@ class Generator:
 
     def mutation(self) -> str:
         k = self.r.randint(1, 6)
+        if self.classes and self.r.random() < 0.7:
+            return self.pick(
+                f"Base.scale = lambda self, v: v * {k}", f"Mid.scale = lambda self, v: v + {k}",
+                "Leaf.__bases__ = (Alt,)", f"Base.K = {k}", f"Mid.K = {k}", f"LEAF.K = {k}",
+                "Flag.__bool__ = lambda self: False", "Flag.__len__ = lambda self: 0",
+                "Flag.__eq__ = lambda self, other: True", f"Base.build = classmethod(lambda cls, v: v - {k})",
+                f"Mid.build = classmethod(lambda cls, v: v * {k})", "del Leaf.base_k",
+            )
         return self.pick(
             f"G = {k}", f"Box.k = {k}", f"OBJ.a = {k}", f'STATE["n"] = {k}', f"SET_SCALE({k})",
             "W.add_(1.0)", f"W = torch.full((3,), {k}.0)", f"OBJ = Box({k})", "LOG.clear()",
@@ -308,9 +332,11 @@ class Generator:
         )
 
 
-def generate(seed: int, index: int, backend: str = "eager", include_known: bool = False) -> Program:
-    """Program number ``index`` of the stream of ``seed`` (the same on every machine)."""
-    gen = Generator(random.Random(f"{seed}:{index}"), include_known)
+def generate(seed: int, index: int, backend: str = "eager", include_known: bool = False,
+             classes: bool = False) -> Program:
+    """Program number ``index`` of the stream of ``seed`` (the same on every machine);
+    ``classes``: the class-heavy stream (its own programs)."""
+    gen = Generator(random.Random(f"{seed}:{index}{':classes' if classes else ''}"), include_known, classes)
     body = gen.block(gen.r.randint(2, 7))
     gen.depth = 0
     mutations = [gen.mutation() for _ in range(gen.r.randint(1, 3))]

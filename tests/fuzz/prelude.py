@@ -80,6 +80,37 @@ BLOCKS: list[tuple[tuple[str, ...], str]] = [
         "    def __repr__(self):\n"
         "        return f'Vec({self.x!r}, {self.y!r})'")),
     (("FuzzError",), "class FuzzError(Exception):\n    pass"),
+    (("Base", "Mid", "Alt", "Leaf", "LEAF"), (
+        "class Base:\n"
+        "    K = 1\n"
+        "    def scale(self, v):\n"
+        "        return v * 2 + self.K\n"
+        "    @classmethod\n"
+        "    def build(cls, v):\n"
+        "        return v + cls.K\n"
+        "class Mid(Base):\n"
+        "    pass\n"
+        "class Alt:\n"
+        "    K = 7\n"
+        "    def scale(self, v):\n"
+        "        return v - 1\n"
+        "    @classmethod\n"
+        "    def build(cls, v):\n"
+        "        return v * 3\n"
+        "class Leaf(Mid):\n"
+        "    def scale(self, v):\n"
+        "        return super().scale(v) + 1\n"
+        "    @classmethod\n"
+        "    def build(cls, v):\n"
+        "        return super().build(v) * 2\n"
+        "    def base_k(self):\n"
+        "        return super().K\n"
+        "LEAF = Leaf()")),
+    (("Flag", "FLAG"), (
+        "class Flag:\n"
+        "    def __init__(self, v):\n"
+        "        self.v = v\n"
+        "FLAG = Flag(1)")),
     (("tracked",), (
         "import contextlib\n"
         "@contextlib.contextmanager\n"

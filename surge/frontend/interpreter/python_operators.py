@@ -13,7 +13,7 @@ import types
 
 from ..variables.base import Variable, raise_in_user_code
 from ..variables.objects import (
-    _MISSING, NewObjectVariable, NNModuleVariable, ObjectVariable, call_python_dunder, static_lookup,
+    _MISSING, NewObjectVariable, NNModuleVariable, ObjectVariable, call_python_dunder, dunder_lookup,
 )
 
 _ARITHMETIC = {
@@ -78,12 +78,12 @@ def user_binary_op(tx, fn, a: Variable, b: Variable) -> Variable | None:
         if a_cls is b_cls and fn not in _COMPARISONS:
             attempts.pop()  # Python tries no reflected method between operands of one class
         elif a_cls is not b_cls and issubclass(b_cls, a_cls) and \
-                static_lookup(b_cls, reflected) is not static_lookup(a_cls, reflected):
+                dunder_lookup(tx, b_cls, reflected) is not dunder_lookup(tx, a_cls, reflected):
             attempts.reverse()
     exhausted = 0  # operands known not to do it: no such method, or NotImplemented
     for var, name, other in attempts:
         if is_user_object(var):
-            method = static_lookup(_class_of(var), name)
+            method = dunder_lookup(tx, _class_of(var), name)
             if method is _MISSING or method is None:
                 exhausted += 1
                 continue
@@ -110,7 +110,7 @@ def user_unary_op(tx, fn, value: Variable) -> Variable | None:
     name = UNARY_DUNDERS.get(fn)
     if name is None or not is_user_object(value):
         return None
-    if static_lookup(_class_of(value), name) is _MISSING:
+    if dunder_lookup(tx, _class_of(value), name) is _MISSING:
         raise_in_user_code(TypeError, f"bad operand type for {fn.__name__}: '{_type_name(value)}'")
     return _call(tx, value, name, [])
 

@@ -10,7 +10,7 @@ as torch's modules are) get no guard.
 """
 from __future__ import annotations
 
-from ..sources import ClassEntrySource, ConstSource, class_entry
+from ..sources import ClassEntrySource, ConstSource, SuperEntrySource, class_entry, class_has
 
 _IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: its __dict__ cannot be assigned to
 
@@ -53,6 +53,31 @@ def guard_class_entry(tx, cls: type, name: str, value) -> None:
     source = class_entry_source_of(cls, name, value)
     if source is not None:
         tx.guards.identity(source, value)
+
+
+
+def guarded_lookup(tx, cls: type, name: str, missing):
+    """``name`` along ``cls``'s MRO (no descriptor call), or ``missing``; what was found
+    is guarded, and so is finding nothing: a class that later gains a ``__bool__``,
+    ``__len__``, ``__eq__`` or operator the capture found absent recompiles."""
+    value = next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), missing)
+    source = class_source(cls)
+    if source is None:
+        return value
+    if value is missing:
+        ref = tx.guards.consts.ref(class_has, "class_has")
+        tx.guards.add(source, f"not {ref}({{v}}, {name!r})", f"{cls.__qualname__} defines no {name!r} along its MRO")
+    else:
+        tx.guards.identity(ClassEntrySource(source, name), value)
+    return value
+
+
+def guard_super_entry(tx, cls: type, after: type, name: str, value) -> None:
+    """``super(after, obj).name`` found ``value`` for an instance of ``cls``: guarded on
+    the lookup itself (the MRO from ``after`` on), not only on the class that held it."""
+    source = class_source(cls)
+    if source is not None:
+        tx.guards.identity(SuperEntrySource(source, after, name), value)
 
 
 _ABSENT = object()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import types
 
 from ..sources import ConstSource
+from .class_attributes import guard_super_entry
 from .base import AttributeMissing, Variable, raise_in_user_code
 from .objects import ClassVariable
 from .torch_function import DEFAULT_TORCH_FUNCTION, DefaultTorchFunctionVariable
@@ -45,6 +46,7 @@ def super_class_attribute(tx, super_var, name: str):
         if name not in klass.__dict__:
             continue
         value = klass.__dict__[name]
+        guard_super_entry(tx, super_var.self_var.cls, super_var.cls, name, value)
         if value is DEFAULT_TORCH_FUNCTION:  # torch's own, not traced: see torch_function.py
             return DefaultTorchFunctionVariable(super_var.self_var.cls)
         if isinstance(value, classmethod):

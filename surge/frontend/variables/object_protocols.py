@@ -5,13 +5,13 @@ from __future__ import annotations
 import types
 
 from .base import Variable, raise_in_user_code, unsupported
-from .objects import _MISSING, call_python_dunder, static_lookup
+from .objects import _MISSING, call_python_dunder, dunder_lookup
 
 
 def python_truth(tx, var: Variable, cls: type) -> bool | None:
     """``bool(obj)`` through the class's Python ``__bool__``, else its Python ``__len__``;
     None when neither is a Python method (the caller's rules apply)."""
-    method = static_lookup(cls, "__bool__")
+    method = dunder_lookup(tx, cls, "__bool__")
     if isinstance(method, types.FunctionType):
         result = call_python_dunder(tx, var, "__bool__", [])
         if not result.is_constant():  # a value known only when the graph runs
@@ -19,7 +19,7 @@ def python_truth(tx, var: Variable, cls: type) -> bool | None:
         if type(result.as_constant()) is not bool:
             raise_in_user_code(TypeError, f"__bool__ should return bool, returned {type(result.as_constant()).__name__}")
         return result.as_constant()
-    if method is _MISSING and isinstance(static_lookup(cls, "__len__"), types.FunctionType):
+    if method is _MISSING and isinstance(dunder_lookup(tx, cls, "__len__"), types.FunctionType):
         return var.length(tx) != 0
     return None
 

@@ -13,7 +13,7 @@ from ..sources import AttrSource, ConstSource, ModuleDictSource
 from .autograd_functions import AutogradFunctionApplyVariable
 from .attribute_hooks import ModuleGetattrVariable, call_getattr_hook, module_table_lookup, user_getattr_hook
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
-from .class_attributes import class_entry_source_of, guard_class_entry, is_trusted_class
+from .class_attributes import class_entry_source_of, guard_class_entry, guard_super_entry, guarded_lookup, is_trusted_class
 from .constant import NONE, ConstantVariable
 from .module_methods import ALLOWED_MODULE_BASE_METHODS, MODULE_METHOD_RULES, ModuleMethodVariable, ModuleSliceVariable
 from .torch_function import DEFAULT_TORCH_FUNCTION, DefaultTorchFunctionVariable
@@ -30,6 +30,12 @@ def static_lookup(cls: type, name: str):
         if name in klass.__dict__:
             return klass.__dict__[name]
     return _MISSING
+
+
+def dunder_lookup(tx, cls: type, name: str):
+    """``static_lookup`` of a special method the trace acts on, found or not, guarded:
+    a class that later gains (or loses, or replaces) it recompiles."""
+    return guarded_lookup(tx, cls, name, _MISSING)
 
 
 def is_torch_library_code(fn) -> bool:
@@ -93,7 +99,7 @@ def call_python_dunder(tx, var: Variable, name: str, args: list):
         cls = var.cls
     else:
         return None
-    method = static_lookup(cls, name)
+    method = dunder_lookup(tx, cls, name)
     if not isinstance(method, types.FunctionType):
         return None
     return bind_class_attribute(tx, var, cls, name, method).call(tx, list(args), {})
@@ -124,7 +130,8 @@ class ObjectVariable(Variable):
         modelled = environ_method(self, name) if isinstance(self, UserObjectVariable) else None
         if modelled is not None:
             return modelled
-        method = static_lookup(type(self.obj), "__getattribute__")
+        method = static_lookup(type(self.obj), "__getattribute__") if isinstance(self, NNModuleVariable) \
+            else dunder_lookup(tx, type(self.obj), "__getattribute__")
         if isinstance(method, types.FunctionType) and not isinstance(self, NNModuleVariable):
             # The class's own __getattribute__ (a config's attribute aliases) decides; its
             # super().__getattribute__ comes back to generic_getattr.
@@ -174,7 +181,8 @@ class ObjectVariable(Variable):
         return self.getattr_fallback(tx, name)
 
     def setattr(self, tx, name, value):
-        method = static_lookup(type(self.obj), "__setattr__")
+        method = static_lookup(type(self.obj), "__setattr__") if isinstance(self, NNModuleVariable) \
+            else dunder_lookup(tx, type(self.obj), "__setattr__")
         if isinstance(method, types.FunctionType) and not isinstance(self, NNModuleVariable):
             bind_class_attribute(tx, self, type(self.obj), "__setattr__", method).call(
                 tx, [ConstantVariable(name), value], {})
@@ -205,7 +213,7 @@ class ObjectVariable(Variable):
         found = python_truth(tx, self, cls)
         if found is not None:
             return found
-        if static_lookup(cls, "__bool__") is not _MISSING or static_lookup(cls, "__len__") is not _MISSING:
+        if dunder_lookup(tx, cls, "__bool__") is not _MISSING or dunder_lookup(tx, cls, "__len__") is not _MISSING:
             unsupported(f"truth value of a {cls.__qualname__} (it defines __bool__ or __len__)")
         return True
 
@@ -218,7 +226,7 @@ class ObjectVariable(Variable):
         return super().length(tx)
 
     def call(self, tx, args, kwargs):
-        call = static_lookup(type(self.obj), "__call__")
+        call = dunder_lookup(tx, type(self.obj), "__call__")
         if isinstance(call, types.FunctionType):
             return bind_class_attribute(tx, self, type(self.obj), "__call__", call).call(tx, args, kwargs)
         unsupported(f"calling a {type(self.obj).__qualname__} object")
@@ -401,20 +409,20 @@ class NewObjectVariable(Variable):
         found = python_truth(tx, self, self.cls)
         if found is not None:
             return found
-        if self.storage is not None and static_lookup(self.cls, "__bool__") is _MISSING:
+        if self.storage is not None and dunder_lookup(tx, self.cls, "__bool__") is _MISSING:
             return bool(self.storage.items)
         return True
 
     def iterate(self, tx):
-        if self.storage is not None and not isinstance(static_lookup(self.cls, "__iter__"), types.FunctionType):
+        method = dunder_lookup(tx, self.cls, "__iter__")
+        if self.storage is not None and not isinstance(method, types.FunctionType):
             return self.storage.iterate(tx)
-        method = static_lookup(self.cls, "__iter__")
         if isinstance(method, types.FunctionType):
             return bind_class_attribute(tx, self, self.cls, "__iter__", method).call(tx, [], {}).iterate(tx)
         unsupported(f"iterating over {self}")
 
     def length(self, tx):
-        method = static_lookup(self.cls, "__len__")
+        method = dunder_lookup(tx, self.cls, "__len__")
         if isinstance(method, types.FunctionType):
             from .object_protocols import length_result
 
@@ -424,7 +432,7 @@ class NewObjectVariable(Variable):
         unsupported(f"len() of {self}")
 
     def getattr(self, tx, name):
-        method = static_lookup(self.cls, "__getattribute__")
+        method = dunder_lookup(tx, self.cls, "__getattribute__")
         if isinstance(method, types.FunctionType):
             return bind_class_attribute(tx, self, self.cls, "__getattribute__", method).call(
                 tx, [ConstantVariable(name)], {})
@@ -453,7 +461,7 @@ class NewObjectVariable(Variable):
         raise AttributeMissing(name)
 
     def setattr(self, tx, name, value):
-        method = static_lookup(self.cls, "__setattr__")
+        method = dunder_lookup(tx, self.cls, "__setattr__")
         if isinstance(method, types.FunctionType):
             # The class's own __setattr__ runs (it may mirror fields into dict storage).
             bind_class_attribute(tx, self, self.cls, "__setattr__", method).call(tx, [ConstantVariable(name), value], {})
@@ -461,7 +469,7 @@ class NewObjectVariable(Variable):
         self.store_attribute(name, value)
 
     def delattr(self, tx, name):
-        method = static_lookup(self.cls, "__delattr__")
+        method = dunder_lookup(tx, self.cls, "__delattr__")
         if isinstance(method, types.FunctionType):
             bind_class_attribute(tx, self, self.cls, "__delattr__", method).call(tx, [ConstantVariable(name)], {})
             return
@@ -477,7 +485,7 @@ class NewObjectVariable(Variable):
         self.attrs[name] = value
 
     def call(self, tx, args, kwargs):
-        call = static_lookup(self.cls, "__call__")
+        call = dunder_lookup(tx, self.cls, "__call__")
         if not isinstance(call, types.FunctionType):
             unsupported(f"calling a {self.cls.__qualname__} object")
         return bind_class_attribute(tx, self, self.cls, "__call__", call).call(tx, args, kwargs)
@@ -586,6 +594,7 @@ class SuperVariable(Variable):
                 if isinstance(value, types.FunctionType) and value.__qualname__.startswith("Module.") \
                         and name != "forward":
                     unsupported(f"super().{name}() of nn.Module in compiled code")
+                guard_super_entry(tx, obj_type, self.cls, name, value)
                 return bind_class_attribute(tx, self.self_var, obj_type, name, value)
         raise AttributeMissing(name)
 
