@@ -337,3 +337,18 @@ def test_user_function_dispatching_through_handle_torch_function():
 
     rec = run_both(f, lambda: (torch.randn(3).as_subclass(Intercepts),))
     assert len(rec.graphs) == 1
+
+
+def test_override_calling_disabled_torch_function_impl_returns_plain_results():
+    class Counting(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            LOG.append(func.__name__)
+            return torch._C._disabled_torch_function_impl(func, types, args, kwargs or {})
+
+    def f(x):
+        y = x.exp() * 2
+        return y, type(y) is torch.Tensor
+
+    rec = run_both(f, lambda: (torch.randn(3).as_subclass(Counting),))
+    assert len(rec.graphs) == 1 == torch_compile_graphs(f, torch.randn(3).as_subclass(Counting))

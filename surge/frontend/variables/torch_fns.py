@@ -15,7 +15,7 @@ from .constant import ConstantVariable, is_constant_value
 from .builtins import BUILTIN_RULES
 from .tensor import TensorVariable, record_op
 from .tensor_subclasses import make_subclass, tensor_new
-from .torch_function import call_overrides, is_overriding, subclass_dispatch_enabled
+from .torch_function import call_overrides, is_overriding, subclass_dispatch_disabled, subclass_dispatch_enabled
 
 TORCH_FUNCTION_RULES: dict = {}
 
@@ -78,6 +78,21 @@ def _handle_torch_function(tx, fn, args, kwargs):
     if public_api is None:
         unsupported(f"handle_torch_function with {args[0]} as its function")
     return call_overrides(tx, public_api, list(args[2:]), dict(kwargs))
+
+
+@torch_rule(torch._C._disabled_torch_function_impl)
+def _disabled_impl(tx, fn, args, kwargs):
+    """``torch._C._disabled_torch_function_impl(func, types, args, kwargs)`` called by an
+    override: ``func`` with subclass dispatch off, its result as it is (plain tensors)."""
+    from .containers import DictVariable
+
+    bound = dict(zip(("func", "types", "args", "kwargs"), args))
+    bound.update(kwargs)
+    call_args = bound["args"].iterate(tx) if "args" in bound else []
+    call_kwargs = bound.get("kwargs")
+    keywords = dict(call_kwargs.items) if isinstance(call_kwargs, DictVariable) else {}
+    with subclass_dispatch_disabled(tx):
+        return bound["func"].call(tx, call_args, keywords)
 
 
 @torch_rule(torch._C._is_torch_function_enabled)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import operator
 import types
+import weakref
 
 import torch
 
@@ -160,13 +161,15 @@ class _Probe(torch.Tensor):
         raise _Seen(func, types, args, kwargs or {})
 
 
-_PROBE_CLASSES: dict = {}  # user class -> its probe class (``types`` tells them apart)
+# user class -> its probe class (one per class: ``types`` tells them apart); weak, so a
+# class defined in a function dies with it.
+_PROBE_CLASSES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _probe_class(cls: type) -> type:
     probe = _PROBE_CLASSES.get(cls)
     if probe is None:
-        probe = _PROBE_CLASSES[cls] = type(f"Probe_{cls.__name__}", (_Probe,), {"probed": cls})
+        probe = _PROBE_CLASSES[cls] = type(f"Probe_{cls.__name__}", (_Probe,), {"probed": weakref.ref(cls)})
     return probe
 
 
@@ -186,7 +189,7 @@ def _probe(kind, target, args, kwargs):
             target(*meta_args, **meta_kwargs)
     except _Seen as seen:
         func, seen_types, seen_args, seen_kwargs = seen.args
-        return func, {t.probed for t in seen_types}, seen_args, seen_kwargs, table
+        return func, {t.probed() for t in seen_types}, seen_args, seen_kwargs, table
     except Exception:
         return None  # the op fails on its own: recorded as usual, where that failure shows
     return None
