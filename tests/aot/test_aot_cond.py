@@ -91,3 +91,27 @@ def test_torch_compile_with_surge_backend_runs_dynamos_cond_graph():
     for sign in (1.0, -1.0):
         x, y = torch.rand(4) * sign, torch.randn(4)
         torch.testing.assert_close(c(x, y), f(x, y))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_module_parameters_read_in_branches_get_their_gradients(backend):
+    class Gated(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4)
+            self.b = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda v: self.a(v).relu(), lambda v: self.b(v).sigmoid(), (x,))
+
+    torch.manual_seed(0)
+    eager = Gated()
+    model = Gated()
+    model.load_state_dict(eager.state_dict())
+    compiled_model = surge.compile(model, backend=backend, fullgraph=True, options={"raise_internal_errors": True})
+    for sign in (1.0, -1.0):
+        x = torch.rand(2, 4) * sign
+        eager(x).sum().backward()
+        compiled_model(x).sum().backward()
+        for p, q in zip(eager.parameters(), model.parameters()):
+            torch.testing.assert_close(q.grad, p.grad)

@@ -320,7 +320,7 @@ class Generator:
                 "Leaf.__bases__ = (Alt,)", f"Base.K = {k}", f"Mid.K = {k}", f"LEAF.K = {k}",
                 "Flag.__bool__ = lambda self: False", "Flag.__len__ = lambda self: 0",
                 "Flag.__eq__ = lambda self, other: True", f"Base.build = classmethod(lambda cls, v: v - {k})",
-                f"Mid.build = classmethod(lambda cls, v: v * {k})", "del Leaf.base_k",
+                f"Mid.build = classmethod(lambda cls, v: v * {k})", f"Leaf.base_k = lambda self: {k}",
             )
         return self.pick(
             f"G = {k}", f"Box.k = {k}", f"OBJ.a = {k}", f'STATE["n"] = {k}', f"SET_SCALE({k})",

@@ -80,4 +80,14 @@ def guard_super_entry(tx, cls: type, after: type, name: str, value) -> None:
         tx.guards.identity(SuperEntrySource(source, after, name), value)
 
 
+def guard_mro(tx, cls: type) -> None:
+    """An answer computed from ``cls.__mro__`` (``isinstance``, ``issubclass``): guarded on
+    the MRO itself, which ``__bases__`` reassignment changes."""
+    source = class_source(cls)
+    if source is not None:
+        refs = "".join(tx.guards.consts.ref(k, k.__name__) + ", " for k in cls.__mro__)
+        tx.guards.add(source, f"{{v}}.__mro__ == ({refs})",
+                      f"{cls.__qualname__}.__mro__ is {tuple(k.__qualname__ for k in cls.__mro__)}")
+
+
 _ABSENT = object()

@@ -19,7 +19,7 @@ import types
 import torch
 
 from .base import unsupported
-from .class_attributes import guard_class_entry
+from .class_attributes import guard_class_entry, guard_mro
 from .tensor import TensorVariable
 
 # Metaclasses whose checks answer from the type alone (ABCMeta: the type and its registry).
@@ -46,6 +46,7 @@ def _hook(cls, name: str):
 def _instance_check(tx, obj, cls) -> bool:
     hook = _hook(cls, "__instancecheck__")
     if hook is None:
+        guard_mro(tx, obj.python_type())
         return issubclass(obj.python_type(), cls)
     if isinstance(obj, TensorVariable) and _is_torch_code(type(cls)):
         example = torch.empty(0, dtype=obj.example.dtype, device=obj.device, layout=obj.example.layout)
@@ -58,6 +59,7 @@ def _instance_check(tx, obj, cls) -> bool:
 def _subclass_check(tx, cls_var, sub: type, cls) -> bool:
     hook = _hook(cls, "__subclasscheck__")
     if hook is None or _is_torch_code(type(cls)):  # (torch's: a fixed answer for two classes)
+        guard_mro(tx, sub)
         return issubclass(sub, cls)
     return _traced_hook(tx, cls, hook, "__subclasscheck__", cls_var)
 
