@@ -3,6 +3,7 @@ function, method, operator and property on them, as in eager, and is inlined int
 graph where torch.compile inlines it (one graph); results are re-wrapped as the
 override says. Each test compares with eager on fresh inputs and the graph count with
 torch.compile's on the same program."""
+import pytest
 import torch
 import torch._dynamo
 import torch._dynamo.testing
@@ -352,3 +353,36 @@ def test_override_calling_disabled_torch_function_impl_returns_plain_results():
 
     rec = run_both(f, lambda: (torch.randn(3).as_subclass(Counting),))
     assert len(rec.graphs) == 1 == torch_compile_graphs(f, torch.randn(3).as_subclass(Counting))
+
+
+_LINEAR = torch.nn.Linear(4, 4)
+# What a program does with a subclass tensor, each through the override as eager runs
+# it (results, their classes and the override's log compared); some are graph breaks.
+USES = {
+    "stack": lambda x, y: torch.stack([x, y]),
+    "unbind_split_max": lambda x, y: (x.unbind(0), x.split(2), x.max(dim=0)),
+    "conversions": lambda x, y: (x.to(torch.float64), x.float()),
+    "len_and_iteration": lambda x, y: (len(x), [r.sum() for r in x]),
+    "metadata": lambda x, y: (x.size(), x.numel(), x.size(1), x.dtype, x.device, x.requires_grad),
+    "comparisons": lambda x, y: ((x > 0).any(), x == y),
+    "functional_and_module": lambda x, y: (torch.nn.functional.linear(x, y, None), _LINEAR(x)),
+    "new_and_in_place": lambda x, y: (x.new_ones(3), x.clone().add_(1).mul_(2)),
+    "properties": lambda x, y: (x.T, x.mT, x.data),
+    "indexing": lambda x, y: (x[0, 1:], x[..., None], torch.where(x > 0, x, 0.0)),
+    "data_dependent": lambda x, y: (x.sum().item() + 1, x * 2 if x.sum() > 0 else x * 3, x[x > 0]),
+    "views_and_einsum": lambda x, y: (x.reshape(-1).view(2, 8).permute(1, 0), torch.einsum("ij,jk->ik", x, y)),
+    "type_names": lambda x, y: (type(x * 1).__name__, x.__class__.__name__),
+}
+
+
+def _make(cls):
+    def make():
+        data = torch.randn(4, 4)
+        return (Tagged(data, "a") if cls is Tagged else data.as_subclass(cls)), torch.randn(4, 4)
+    return make
+
+
+@pytest.mark.parametrize("cls", [LoggingTensor, Tagged, Inherits], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("use", list(USES), ids=str)
+def test_uses_of_a_subclass_tensor_match_eager(cls, use):
+    run_both(USES[use], _make(cls), calls=2)

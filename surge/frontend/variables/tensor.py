@@ -16,7 +16,7 @@ from ...registry import rule_registrar
 from .. import meta as meta_utils
 from ..graph_builder import run_on_meta
 from .autocast import run_under_autocast
-from .base import AttributeMissing, Variable, unsupported
+from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .constant import ConstantVariable, is_constant_value, is_numpy_scalar
 from . import torch_function
 from .tensor_subclasses import PLAIN_TENSOR_CLASSES, as_subclass_method, subclass_getattr, subclass_setattr
@@ -72,12 +72,23 @@ class TensorVariable(Variable):
         return IdentityKey(self, self.real if self.real is not None else self.node)
 
     def iterate(self, tx):
+        if self.cls not in PLAIN_TENSOR_CLASSES:
+            # Tensor.__iter__ as torch writes it: dim(), then unbind(0), each through the
+            # class's __torch_function__ (rows are what the override makes of unbind's).
+            if self.call_method(tx, "dim", [], {}).as_constant() == 0:
+                raise_in_user_code(TypeError, "iteration over a 0-d tensor")
+            return self.call_method(tx, "unbind", [ConstantVariable(0)], {}).iterate(tx)
         if self.example.dim() == 0:
             unsupported("iterating over a 0-d tensor")
         return [record_op(tx, "call_function", operator.getitem, [self, ConstantVariable(i)], {})
                 for i in range(self.example.shape[0])]
 
     def length(self, tx):
+        if self.cls not in PLAIN_TENSOR_CLASSES:
+            found = self.call_method(tx, "__len__", [], {})
+            if not found.is_constant():
+                unsupported(f"__len__ of {self.cls.__qualname__} returned {found}")
+            return found.as_constant()
         if self.example.dim() == 0:
             unsupported("len() of a 0-d tensor")
         return self.example.shape[0]

@@ -59,15 +59,23 @@ def is_overriding(value: Variable) -> bool:
     return isinstance(value, TensorVariable) and overrides_torch_function(value.cls)
 
 
-def _relevant(values) -> list:
-    """The overriding tensors among ``values`` (items of lists and tuples included), in order."""
+def _relevant(values, classes=None) -> list:
+    """The overriding tensors among ``values`` (items of lists and tuples included), in
+    order; with ``classes``, the tensors of those classes (torch's Python-level dispatch
+    counts plain tensors too, under ``torch.Tensor``)."""
     from .containers import ListVariable, TupleVariable
+    from .tensor import TensorVariable
+
+    def wanted(v):
+        if classes is None:
+            return is_overriding(v)
+        return isinstance(v, TensorVariable) and v.cls in classes
 
     found = []
     for value in values:
         if isinstance(value, (ListVariable, TupleVariable)):
-            found += [item for item in value.items if is_overriding(item)]
-        elif is_overriding(value):
+            found += [item for item in value.items if wanted(item)]
+        elif wanted(value):
             found.append(value)
     return found
 
@@ -189,7 +197,8 @@ def _probe(kind, target, args, kwargs):
             target(*meta_args, **meta_kwargs)
     except _Seen as seen:
         func, seen_types, seen_args, seen_kwargs = seen.args
-        return func, {t.probed() for t in seen_types}, seen_args, seen_kwargs, table
+        classes = {t.probed() if issubclass(t, _Probe) else t for t in seen_types}
+        return func, classes, seen_args, seen_kwargs, table
     except Exception:
         return None  # the op fails on its own: recorded as usual, where that failure shows
     return None
@@ -275,8 +284,7 @@ def call_overrides(tx, func, args: list, kwargs: dict, declined=_ABSENT, classes
     from .containers import DictVariable, TupleVariable
     from .objects import ClassVariable
 
-    relevant = _relevant(list(args) + list(kwargs.values()))
-    overloaded = _dispatch_order([a for a in relevant if classes is None or a.cls in classes])
+    overloaded = _dispatch_order(_relevant(list(args) + list(kwargs.values()), classes))
     types_var = TupleVariable([ClassVariable(arg.cls) for arg in overloaded])
     call_args = [function_variable(tx, func), types_var, TupleVariable(list(args)), DictVariable(dict(kwargs))]
     for arg in overloaded:
