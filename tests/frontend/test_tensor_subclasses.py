@@ -386,3 +386,36 @@ def _make(cls):
 @pytest.mark.parametrize("use", list(USES), ids=str)
 def test_uses_of_a_subclass_tensor_match_eager(cls, use):
     run_both(USES[use], _make(cls), calls=2)
+
+
+def test_parameter_subclass_with_its_own_override_trains_and_logs_as_eager():
+    class TaggedParam(torch.nn.Parameter):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            LOG.append(func.__name__)
+            # Parameter's own __torch_function__ is _disabled_torch_function_impl: plain results.
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = TaggedParam(torch.randn(4, 4))
+
+        def forward(self, x):
+            h = x @ self.w
+            return h.relu().sum(), type(h).__name__
+
+    torch.manual_seed(0)
+    m = M()
+    x = torch.randn(2, 4)
+    LOG.clear()
+    loss, name = m(x)
+    loss.backward()
+    expected_grad, expected_log = m.w.grad.clone(), list(LOG)
+    for backend in ("eager", "aot_eager"):
+        m.w.grad = None
+        LOG.clear()
+        loss, compiled_name = surge.compile(m, backend=backend, options={"raise_internal_errors": True})(x)
+        loss.backward()
+        torch.testing.assert_close(m.w.grad, expected_grad)
+        assert LOG == expected_log and compiled_name == name == "Tensor" and type(m.w) is TaggedParam
