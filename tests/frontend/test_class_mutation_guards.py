@@ -173,3 +173,13 @@ def test_super_in_a_classmethod_after_a_base_classmethod_is_replaced():
         return Child.make(x)
 
     probe(f, lambda: (torch.ones(2),), lambda: setattr(Base, "make", classmethod(lambda cls, x: x - 4)))
+
+
+def test_class_gains_getattr_after_an_attribute_was_found_missing():
+    class Config:
+        pass
+
+    def f(x, c):
+        return x * 2 if hasattr(c, "scale") else x, getattr(Config(), "scale", 0)
+
+    probe(f, lambda: (torch.ones(2), Config()), lambda: setattr(Config, "__getattr__", lambda self, name: 3))

@@ -199,6 +199,7 @@ class ObjectVariable(Variable):
         tx.side_effects.store_attribute(self.obj, self.source, name, value)
 
     def getattr_fallback(self, tx, name):
+        dunder_lookup(tx, type(self.obj), "__getattr__")  # found or absent: guarded
         hook = user_getattr_hook(type(self.obj))
         if hook is not None:
             return call_getattr_hook(tx, self, hook, name)
@@ -458,6 +459,17 @@ class NewObjectVariable(Variable):
             return StorageMethodVariable(self, name)
         if static is not _MISSING:
             return bind_class_attribute(tx, self, self.cls, name, static)
+        hook = dunder_lookup(tx, self.cls, "__getattr__")  # found or absent: guarded
+        if isinstance(hook, types.FunctionType):
+            from .base import RaisedInUserCode
+
+            try:  # Python calls it when normal lookup fails; its AttributeError is "missing"
+                return bind_class_attribute(tx, self, self.cls, "__getattr__", hook).call(
+                    tx, [ConstantVariable(name)], {})
+            except RaisedInUserCode as e:
+                if issubclass(e.exc_type, AttributeError):
+                    raise AttributeMissing(name) from None
+                raise
         raise AttributeMissing(name)
 
     def setattr(self, tx, name, value):
