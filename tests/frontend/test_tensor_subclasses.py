@@ -419,3 +419,30 @@ def test_parameter_subclass_with_its_own_override_trains_and_logs_as_eager():
         loss.backward()
         torch.testing.assert_close(m.w.grad, expected_grad)
         assert LOG == expected_log and compiled_name == name == "Tensor" and type(m.w) is TaggedParam
+
+
+def test_an_operator_both_overrides_decline_tries_the_reflected_method_as_python_does():
+    def declining(name):
+        def impl(cls, func, types, args=(), kwargs=None):
+            LOG.append((name, func.__name__))
+            if func is torch.Tensor.mul:
+                return NotImplemented
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **(kwargs or {}))
+        return type(name, (torch.Tensor,), {"__torch_function__": classmethod(impl)})
+
+    A, B = declining("A"), declining("B")
+
+    def f(x, y):
+        return x - y, x * y
+
+    x, y = torch.randn(3).as_subclass(A), torch.randn(3).as_subclass(B)
+    outcomes = []
+    for fn in (f, compile_strict(f)[0]):
+        LOG.clear()
+        try:
+            fn(x, y)
+        except TypeError as e:
+            outcomes.append((str(e), list(LOG)))
+    assert len(outcomes) == 2 and outcomes[0] == outcomes[1]
+    assert outcomes[0][1] == [("A", "sub"), ("A", "mul"), ("B", "mul"), ("B", "mul"), ("A", "mul")]

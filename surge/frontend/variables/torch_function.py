@@ -105,10 +105,27 @@ def dispatch(tx, kind: str, target, args: list, kwargs: dict):
         # Python's operator protocol: every override declining is NotImplemented from
         # both operands' methods, so ``==`` falls back to identity and ``+`` raises.
         result = call_overrides(tx, func, call_args, call_kwargs, declined=None, classes=classes)
-        if result is not None:
-            return result
-        return _operator_declined(target, args)
+        if result is None:
+            result = _reflected(tx, target, args)
+        return result if result is not None else _operator_declined(target, args)
     return call_overrides(tx, func, call_args, call_kwargs, classes=classes)
+
+
+def _reflected(tx, target, args):
+    """Python's second try, ``type(b).__r<op>__(b, a)``, when ``b`` is a tensor too (its
+    own dispatch, which may find an override that accepts)."""
+    from ..interpreter.python_operators import BINARY_DUNDERS
+    from .tensor import TensorVariable
+
+    a, b = args
+    if not isinstance(b, TensorVariable):
+        return None
+    seen = _probe("call_method", BINARY_DUNDERS[target][1], [b, a], {})
+    if seen is None:
+        return None
+    func, classes, probe_args, probe_kwargs, table = seen
+    return call_overrides(tx, func, [_unprobe(v, table) for v in probe_args],
+                          {k: _unprobe(v, table) for k, v in probe_kwargs.items()}, declined=None, classes=classes)
 
 
 def _operator_declined(target, args):
