@@ -167,7 +167,7 @@ class _TorchLevelInterpreter(torch.fx.Interpreter):
 
     def run_subgraph(self, gm, args) -> tuple:
         """A subgraph of this graph (a torch.cond branch), traced into the same ATen graph."""
-        return tuple(_TorchLevelInterpreter(gm, self.tracer, {}).run(*args))
+        return tuple(_TorchLevelInterpreter(gm, self.tracer, {}, self.layouts).run(*args))
 
     def close_open_autocast(self) -> None:
         """A trace that stopped inside an autocast region must not leave autocast on."""

@@ -114,3 +114,19 @@ def test_backends_run_the_cond_node(backend):
         return torch.cond(x.max() > 0.5, lambda a, b: (a * b).exp(), lambda a, b: a - b, (x, y))
 
     check(f, lambda: (torch.rand(6), torch.randn(6)), calls=6, backend=backend, fullgraph=True)
+
+
+def test_subclass_operand_raises_as_eager_torch_cond_does():
+    class Logged(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    def f(x):
+        return torch.cond(x.sum() > 0, lambda a: a + 1, lambda a: a - 1, (x,))
+
+    x = torch.randn(3).as_subclass(Logged)
+    with pytest.raises(Exception) as eager_error:
+        f(x)
+    with pytest.raises(type(eager_error.value)):
+        surge.compile(f, backend="eager")(x)

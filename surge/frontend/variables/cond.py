@@ -24,6 +24,7 @@ from .base import Variable, unsupported
 from .containers import ListVariable, TupleVariable
 from .tensor import TensorVariable, wrap_result
 from .torch_fns import torch_rule
+from .torch_function import is_overriding
 
 COND = torch.ops.higher_order.cond
 
@@ -53,6 +54,9 @@ def _cond(tx, fn, args, kwargs):
     if not isinstance(operands, (TupleVariable, ListVariable)) or \
             not all(isinstance(o, TensorVariable) for o in operands.items):
         unsupported("torch.cond() operands that are not a tuple or list of tensors")
+    if any(is_overriding(v) for v in [pred, *operands.items]):
+        # Eager torch.cond refuses tensor subclasses with __torch_function__: CPython raises it.
+        unsupported("torch.cond() with a tensor subclass that overrides __torch_function__")
     if pred.is_constant():
         branch = true_fn if pred.as_constant() else false_fn
         return branch.call(tx, list(operands.items), {})
