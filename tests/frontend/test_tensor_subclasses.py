@@ -446,3 +446,20 @@ def test_an_operator_both_overrides_decline_tries_the_reflected_method_as_python
             outcomes.append((str(e), list(LOG)))
     assert len(outcomes) == 2 and outcomes[0] == outcomes[1]
     assert outcomes[0][1] == [("A", "sub"), ("A", "mul"), ("B", "mul"), ("B", "mul"), ("A", "mul")]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_in_place_methods_return_the_subclass_object_itself(backend):
+    def f(x):
+        y = x.add_(1)
+        t = Tagged(x.detach().clone(), "k")
+        u = t.mul_(2)
+        return y is x, y, u is t, u.tag, (x * 1).sum()
+
+    base = torch.randn(3)
+    a, b = base.clone().as_subclass(LoggingTensor), base.clone().as_subclass(LoggingTensor)
+    expected = f(a)
+    actual = surge.compile(f, backend=backend, options={"raise_internal_errors": True})(b)
+    assert actual[0] and actual[1] is b and actual[2] and actual[3] == "k"
+    assert_same(actual[4], expected[4])
+    assert_same(b, a)

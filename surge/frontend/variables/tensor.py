@@ -178,8 +178,9 @@ def record_plain_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable
     wrapped = wrap_result(tx, node, result, device)
     if isinstance(wrapped, TensorVariable) and args and isinstance(args[0], TensorVariable) \
             and result is meta_args[0] and args[0].cls is not torch.Tensor:
-        # An in-place method returns its tensor itself: the same class and attributes.
-        wrapped.cls, wrapped.attrs = args[0].cls, args[0].attrs
+        # An in-place method returns its tensor itself: the same object (of its class, with
+        # its attributes); the graph keeps the op, later reads see the new value.
+        return args[0]
     return wrapped
 
 
