@@ -120,7 +120,7 @@ def test_operators_methods_and_reflected_operands_reach_the_override():
         return torch.randn(4, 4).as_subclass(LoggingTensor), torch.randn(4, 4)
 
     rec = run_both(f, make)
-    assert len(rec.graphs) == 1
+    assert len(rec.graphs) == 1  # (torch.compile 2.13 captures no graph of this one)
 
 
 def test_wrapper_subclass_keeps_its_tag_through_ops_and_on_the_output():
@@ -132,7 +132,7 @@ def test_wrapper_subclass_keeps_its_tag_through_ops_and_on_the_output():
         return Tagged(torch.randn(3, 3), "t"), torch.randn(3, 3)
 
     rec = run_both(f, make)
-    assert len(rec.graphs) == 1
+    assert len(rec.graphs) == 1  # (torch.compile 2.13 raises an internal error on this one)
     out = compile_strict(f)[0](*make())
     assert type(out[0]) is Tagged and out[0].tag == f(*make())[0].tag == "t+t" == out[1]
 
@@ -153,7 +153,7 @@ def test_inherited_default_override_and_user_methods():
         return y, type(y).__name__
 
     rec = run_both(f, lambda: (torch.randn(4).as_subclass(Inherits),))
-    assert len(rec.graphs) == 1
+    assert len(rec.graphs) == 1 == torch_compile_graphs(f, torch.randn(4).as_subclass(Inherits))
 
 
 def test_class_with_disabled_torch_function_behaves_as_a_plain_tensor():
