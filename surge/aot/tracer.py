@@ -33,6 +33,7 @@ from ..errors import Unsupported
 from . import functionalize as fz
 from .decompositions import decomposition_for, packet_name, surge_decomposition
 from .device_layouts import device_result
+from .foreach import decompose_foreach, is_foreach
 from .prims import aten_body_for_prim
 
 aten = torch.ops.aten
@@ -207,6 +208,9 @@ class AtenTracer:
         name = packet_name(func)
         if name in _DATA_DEPENDENT:
             raise Unsupported(f"aten.{name}: {_DATA_DEPENDENT[name]}; a static graph cannot hold it")
+        if is_foreach(func) and not func._overloadname.endswith("out"):
+            with self.mode:  # one per-tensor op per element, each functionalized on its own
+                return decompose_foreach(func, args, kwargs)
         if fz.mutated_arguments(func):
             return self._mutation(func, args, kwargs)
         body = None

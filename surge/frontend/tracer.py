@@ -21,6 +21,7 @@ from .variables.base import unsupported
 from .variables.builder import wrap_value
 from .variables.contexts import GeneratorContextVariable, GradModeContextVariable
 from .variables.functions import GeneratorVariable
+from .variables.optimizers import USE_GRAD_CODE, trace_optimizer_step
 
 _MUTABLE_CONTAINERS = (list, dict, set)
 
@@ -137,6 +138,8 @@ class Tracer:
         code = fn.code
         if code is DECORATE_CONTEXT_CODE:
             return self.call_context_decorated(fn, args, kwargs)
+        if code is USE_GRAD_CODE:  # an optimizer's step: its grad mode, without torch's breaks
+            return trace_optimizer_step(self, fn, args, kwargs)
         if code is CONTEXTMANAGER_HELPER_CODE:
             # @contextlib.contextmanager: the wrapped generator drives enter and exit.
             cells = dict(zip(code.co_freevars, fn.closure_cells(self)))

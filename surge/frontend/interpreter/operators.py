@@ -225,7 +225,8 @@ def contains(tx, container: Variable, item: Variable) -> bool:
 def getitem(tx, obj: Variable, index: Variable) -> Variable:
     if isinstance(obj, TensorVariable):
         return record_op(tx, "call_function", operator.getitem, [obj, index], {})
-    if isinstance(index, TensorVariable) and not isinstance(obj, DictVariable):  # a dict keys tensors by identity
+    if isinstance(index, TensorVariable) and not isinstance(obj, DictVariable) \
+            and not getattr(obj, "keys_tensors_by_identity", False):  # a dict keys tensors by identity
         unsupported("indexing a Python container with a tensor")
     handler = getattr(obj, "getitem", None)
     if handler is not None:

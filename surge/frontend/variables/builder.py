@@ -33,6 +33,7 @@ from .objects import (
     static_lookup,
 )
 from .class_attributes import guard_class_entry
+from .optimizers import OptimizerVariable
 from .tensor import TensorVariable
 from .tensor_subclasses import plain_alias
 from .torch_function import overrides_torch_function
@@ -231,6 +232,8 @@ def _wrap_callable_or_object(tx, value, source):
     tx.guards.type_is(source, type(value))
     if isinstance(value, weakref.ReferenceType):
         return WeakRefVariable(value, source)
+    if isinstance(value, torch.optim.Optimizer):
+        return OptimizerVariable(value, source)
     return UserObjectVariable(value, source)
 
 

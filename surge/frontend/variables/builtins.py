@@ -17,7 +17,7 @@ import torch
 from ...registry import rule_registrar
 from ..markers import graph_break
 from .base import (
-    AttributeMissing, KnownCallableVariable, raise_in_user_code, unsupported,
+    AttributeMissing, KnownCallableVariable, Variable, raise_in_user_code, unsupported,
 )
 from .constant import NONE, ConstantVariable
 from .containers import (
@@ -44,8 +44,44 @@ class BuiltinVariable(KnownCallableVariable):
             return ConstantVariable(self.fn.__name__)
         unsupported(f"attribute {name!r} of builtin {self.fn}")
 
+    def getitem(self, tx, index):
+        """``list[Tensor]``, ``dict[str, int]``: a type annotation, as ``typing.cast`` takes it."""
+        if not isinstance(self.fn, type) or not hasattr(self.fn, "__class_getitem__"):
+            unsupported(f"indexing builtin {self.fn}")
+        return OpaqueTypeAlias(self.fn[annotation_value(index)])
+
     def __repr__(self):
         return f"BuiltinVariable({getattr(self.fn, '__name__', self.fn)})"
+
+
+class OpaqueTypeAlias(Variable):
+    """A parameterized builtin type (``list[Tensor]``): only passed along (``cast``)."""
+
+    def __init__(self, alias):
+        self.alias = alias
+
+    def python_type(self):
+        return type(self.alias)
+
+    def truthy(self, tx):
+        return True
+
+
+def annotation_value(var):
+    """The Python value of a type argument: a class, a constant, or a tuple of them."""
+    from .objects import ClassVariable
+
+    if isinstance(var, ClassVariable):
+        return var.cls
+    if isinstance(var, BuiltinVariable) and isinstance(var.fn, type):
+        return var.fn
+    if isinstance(var, OpaqueTypeAlias):
+        return var.alias
+    if isinstance(var, TupleVariable):
+        return tuple(annotation_value(v) for v in var.items)
+    if var.is_constant():
+        return var.as_constant()
+    unsupported(f"{var} as a type argument")
 
 
 def _all_constant(args, kwargs=None):
