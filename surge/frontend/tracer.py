@@ -79,30 +79,33 @@ class Tracer:
             path = f_globals.get("__file__") or path
         self.code_files.add(path)
 
-    def wrap(self, value, source):
+    def wrap(self, value, source, distinct_group=None):
+        """``distinct_group``: containers of one group are known distinct (a guard of the
+        caller's says so), so they get no pairwise ``is not`` guards among themselves."""
         if source is None:
             return wrap_value(self, value, None)
         found = self._wrapped.get(source)
         if found is not None and found[0] is value:
             return found[1]
         if type(value) in _MUTABLE_CONTAINERS:
-            var = self._wrap_container(value, source)
+            var = self._wrap_container(value, source, distinct_group)
         else:
             var = wrap_value(self, value, source)
         self._wrapped[source] = (value, var)
         return var
 
-    def _wrap_container(self, value, source):
+    def _wrap_container(self, value, source, distinct_group=None):
         """A list/dict/set read from two places is one object: one variable, so a mutation
         through one name is seen through the other. Which places alias is guarded."""
         same = self._containers.get(id(value))
         if same is not None and same[0] is value:
             self.guards.add(source, "{v} is {w}", f"{source.name()} is {same[2].name()}", other=same[2])
             return same[1]
-        for _, _, other in self._containers.values():
-            self.guards.add(source, "{v} is not {w}", f"{source.name()} is not {other.name()}", other=other)
+        for _, _, other, group in self._containers.values():
+            if distinct_group is None or group != distinct_group:
+                self.guards.add(source, "{v} is not {w}", f"{source.name()} is not {other.name()}", other=other)
         var = wrap_value(self, value, source)
-        self._containers[id(value)] = (value, var, source)
+        self._containers[id(value)] = (value, var, source, distinct_group)
         return var
 
     def cell_variable(self, cell, source):

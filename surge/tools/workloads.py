@@ -47,6 +47,9 @@ class Instance:
     loss_fn: Callable | None = None
     # Run forward and loss under torch.autocast to this dtype (mixed-precision training).
     autocast: torch.dtype | None = None
+    # A call's results depend on the calls before it (an optimizer step): timed, not
+    # compared with eager (its tests compare each step).
+    stateful: bool = False
 
     def fresh_target(self):
         if isinstance(self.target, nn.Module):
@@ -341,6 +344,7 @@ def llama_bundled_workload(device, scale):
 def names(suite: str = "default") -> list[str]:
     """The workloads of ``suite``, in the order the bench runs them."""
     from . import hf_workloads  # noqa: F401  (registers the transformers workloads when installed)
+    from . import optimizer_workloads  # noqa: F401  (registers the optimizer steps)
     from . import zoo_workloads  # noqa: F401  (registers the model zoo)
 
     if suite not in SUITES:

@@ -192,3 +192,19 @@ def test_torch_compile_with_surge_backend_lowers_foreach_ops():
         ref_opt.step()
         _assert_same_state(opt, ref_opt)
     assert surge.counters["fallbacks"] == 0
+
+
+def test_step_after_torch_compile_patched_the_optimizer_classes():
+    """torch.compile wraps every optimizer class's _init_group in Dynamo's disable once it
+    runs in a process; surge still captures the step in one graph."""
+    warm, warm_opt, _, _ = _twins("adam", "default")
+    _set_grads(warm, [p.detach().clone() for p in warm])
+    torch.compile(lambda: warm_opt.step(), backend="eager")()
+    params, opt, ref, ref_opt = _twins("adamw", "default")
+    compiled = surge.compile(lambda: opt.step(), backend="cpp", fullgraph=True)
+    for _ in range(3):
+        _set_grads(params, ref)
+        compiled()
+        ref_opt.step()
+        _assert_same_state(opt, ref_opt)
+    assert surge.counters["graphs"] == 1 and surge.counters["graph_breaks"] == 0

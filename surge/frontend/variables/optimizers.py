@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import inspect
 import operator
+import os
+import types
 from dataclasses import dataclass
 
 import torch
@@ -48,6 +50,7 @@ from torch.optim import optimizer as torch_optimizer
 from ..sources import AttrSource, ItemSource
 from .base import Variable, unsupported
 from .contexts import set_grad_mode
+from .functions import UserFunctionVariable, UserMethodVariable
 from .objects import UserObjectVariable
 from .constant import ConstantVariable
 from .containers import ListVariable
@@ -87,7 +90,27 @@ class OptimizerVariable(UserObjectVariable):
         if name == "state" and tx.side_effects.attribute(self.obj, name) is None \
                 and type(self.obj.__dict__.get("state")) is not dict:
             return OptimizerStateVariable(self)
-        return super().getattr(tx, name)
+        found = super().getattr(tx, name)
+        if name == "_init_group":
+            return _without_dynamo_disable(found)
+        return found
+
+
+_DYNAMO_EVAL_FRAME = os.path.join("torch", "_dynamo", "eval_frame.py")
+
+
+def _without_dynamo_disable(method):
+    """Once torch.compile has run in the process, Dynamo has replaced every optimizer
+    class's ``_init_group`` with a wrapper that keeps Dynamo out of it (and switches
+    Dynamo's frame hook off and on, which capture refuses). The wrapper runs the method
+    it wraps and nothing else, so that method is traced; the class entry's identity,
+    guarded by the lookup, fixes which one it is."""
+    fn = getattr(method, "fn", None)
+    wrapped = getattr(getattr(fn, "fn", None), "__wrapped__", None)
+    if isinstance(method, UserMethodVariable) and isinstance(wrapped, types.FunctionType) \
+            and fn.fn.__code__.co_filename.endswith(_DYNAMO_EVAL_FRAME):
+        return UserMethodVariable(UserFunctionVariable(wrapped, None), method.self_var)
+    return method
 
 
 class OptimizerStateVariable(Variable):
@@ -127,7 +150,11 @@ class OptimizerStateVariable(Variable):
         param = opt.param_groups[g]["params"][i]
         if param not in opt.state:
             unsupported("optimizer state created inside compiled code (a parameter without state)")
-        return tx.wrap(opt.state[param], OptimizerStateSource(opt_source, g, i))
+        # One guard says the state's entries are distinct dicts (torch makes one per
+        # parameter), instead of an `is not` guard for every pair of entries read.
+        tx.guards.add(opt_source, "len(set(map(id, {v}.state.values()))) == len({v}.state)",
+                      f"the entries of {opt_source.name()}.state are distinct objects")
+        return tx.wrap(opt.state[param], OptimizerStateSource(opt_source, g, i), distinct_group=(id(opt), "state"))
 
     def contains(self, tx, item):
         unsupported("`in` on an optimizer's state dict")
@@ -164,8 +191,6 @@ def prepare_state(opt: torch.optim.Optimizer) -> None:
 def trace_optimizer_step(tx, fn, args: list, kwargs: dict) -> Variable:
     """The inlined ``_use_grad`` wrapper of an optimizer's ``step``: create its state, run
     the step under ``defaults['differentiable']`` grad mode, restore the mode."""
-    from .functions import UserFunctionVariable
-
     if not isinstance(fn, UserFunctionVariable) or not args or not isinstance(args[0], OptimizerVariable):
         unsupported("an optimizer step that is not a method of an optimizer read from the inputs")
     opt = args[0].obj
