@@ -187,7 +187,11 @@ def _in_place_donor(group: KernelGroup, name: str, candidates: set, by_name: dic
     return None
 
 
-def plan_memory(graph: LoopGraph, steps: list) -> MemoryPlan:
+def plan_memory(graph: LoopGraph, steps: list, input_stores: dict | None = None) -> MemoryPlan:
+    """``input_stores``: kernel outputs stored into a mutated input's storage (value name ->
+    input name, ``input_stores.py``): allocated as that input, freed as it is."""
+    input_stores = input_stores or {}
+    stored_inputs = set(input_stores.values())
     users = consumers(graph, steps)
     by_name = graph.by_name
     in_memory = {b.name for b in graph.inputs}
@@ -217,6 +221,11 @@ def plan_memory(graph: LoopGraph, steps: list) -> MemoryPlan:
                      and name not in views and name not in bases and not _is_tuple(by_name[name])}
             for name in step.stores:
                 buf = by_name[name]
+                if name in input_stores:   # the input's own storage, read by this very kernel
+                    sm.allocate.append((name, input_stores[name]))
+                    sm.free_after.append(input_stores[name])
+                    plan.reuses += 1
+                    continue
                 free = pool.get(_reuse_key(buf))
                 donor = None if free else _in_place_donor(step, name, dying - taken_in_place, by_name)
                 if free:
@@ -230,12 +239,14 @@ def plan_memory(graph: LoopGraph, steps: list) -> MemoryPlan:
                     sm.allocate.append((name, None))
                     plan.allocations += 1
         for name, last in last_use.items():
-            if last == k and name in input_names:
+            if last == k and name in input_names and name not in stored_inputs:
                 sm.inputs_dead_after.append(name)
             if last == k and name not in input_names:
                 sm.free_after.append(name)
                 if _is_tuple(by_name[name]):
                     continue  # a multi-output call's tuple, not storage
+                if name in input_stores:
+                    continue  # its storage is a graph input's
                 if name in views:
                     continue  # its storage is its base's
                 if name in taken_in_place:

@@ -9,6 +9,7 @@ from ..observe.phases import phase_timer
 from ..passes.pipeline import PassContext, PassStep, Pipeline, run_pipeline
 from .fusion import fuse, mark_stores, name_groups
 from .groups import KernelGroup
+from .input_stores import stores_into_inputs
 from .memory import MemoryPlan, plan_memory
 
 
@@ -17,6 +18,8 @@ class Schedule:
     graph: LoopGraph
     steps: list          # KernelGroup / ExternStep, in execution order
     memory: MemoryPlan | None    # None until the plan_memory step
+    # kernel outputs stored into a mutated input's storage: value -> input (input_stores.py)
+    input_stores: dict = dataclasses.field(default_factory=dict)
 
     @property
     def kernels(self) -> list:
@@ -43,13 +46,21 @@ def _mark_stores(schedule: Schedule, ctx) -> Schedule:
     return Schedule(schedule.graph, steps, None)
 
 
+def _store_into_inputs(schedule: Schedule, ctx) -> Schedule:
+    steps, stores = stores_into_inputs(schedule.graph, schedule.steps)
+    for k, s in enumerate(steps):
+        s.index = k
+    return Schedule(schedule.graph, steps, None, stores)
+
+
 def _name_kernels(schedule: Schedule, ctx) -> Schedule:
     name_groups(schedule.steps)
     return schedule
 
 
 def _plan_memory(schedule: Schedule, ctx) -> Schedule:
-    return Schedule(schedule.graph, schedule.steps, plan_memory(schedule.graph, schedule.steps))
+    return Schedule(schedule.graph, schedule.steps,
+                    plan_memory(schedule.graph, schedule.steps, schedule.input_stores), schedule.input_stores)
 
 
 def _text(schedule: Schedule) -> str:
@@ -61,6 +72,7 @@ def _text(schedule: Schedule) -> str:
 SCHEDULE = Pipeline("schedule", (
     PassStep("fuse", _fuse),                  # buffers into kernel groups and extern steps
     PassStep("mark_stores", _mark_stores),    # which results reach memory; empty groups go
+    PassStep("store_into_inputs", _store_into_inputs),  # new values of mutated inputs: no copy back
     PassStep("name_kernels", _name_kernels),  # fused_add_gelu_0: after the ops they fuse
     PassStep("plan_memory", _plan_memory),    # buffer lifetimes, reuse, in-place updates
 ), render=_text, size=lambda schedule: len(schedule.steps), suffix="txt", unit="steps", channel="schedule")
