@@ -10,8 +10,9 @@ Where it is safe, the kernel that computes the new value stores it into the
 input's storage directly and the copy is dropped. Safe means the input's old
 value is not needed once that kernel has stored an element:
 
-- the copy is the only write into the input, and no step but that kernel reads it
-  (``consumers``);
+- the copy is the only write into the input, and every other step that reads it
+  runs before that kernel (``consumers``; steps run in order): Adam's step counters
+  are read by the parameters' kernels and incremented by a kernel after them;
 - in the kernel, every read of the input is at the element being stored, before
   the store (``memory._in_place_donor``'s conditions, the input as the donor);
 - the new value has the input's layout, dtype and device, and is not a graph
@@ -61,8 +62,9 @@ def stores_into_inputs(graph: LoopGraph, steps: list) -> tuple[list, dict]:
         group = producer.get(src)
         if dst not in inputs or group is None or src in outputs or src not in group.stores:
             continue
-        if users.get(dst, set()) - {group.index, step.index}:
-            continue
+        readers = users.get(dst, set()) - {step.index}
+        if -1 in readers or any(k > group.index for k in readers):
+            continue   # a later step (or the caller) still reads the old value
         value, target = by_name[src], by_name[dst]
         if (value.dtype, value.device) != (target.dtype, target.device) or value.layout.offset != 0:
             continue
