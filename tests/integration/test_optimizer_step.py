@@ -208,3 +208,20 @@ def test_step_after_torch_compile_patched_the_optimizer_classes():
         ref_opt.step()
         _assert_same_state(opt, ref_opt)
     assert surge.counters["graphs"] == 1 and surge.counters["graph_breaks"] == 0
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw"])
+def test_capturable_path_matches_eager(name):
+    """capturable=True (what a CUDA step takes when compiled: step counters on the device,
+    bias corrections as tensor ops) computes eager's step; eager refuses it on the CPU, so
+    the reference is the default path."""
+    params, ref = _params(), _params()
+    opt = OPTIMIZERS[name](params, capturable=True, foreach=True)
+    ref_opt = OPTIMIZERS[name](ref)
+    compiled = surge.compile(lambda: opt.step(), backend="cpp", fullgraph=True)
+    for _ in range(STEPS):
+        _set_grads(params, ref)
+        compiled()
+        ref_opt.step()
+        _assert_same_state(opt, ref_opt)
+    assert surge.counters["graphs"] == 1
