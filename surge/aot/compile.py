@@ -93,6 +93,7 @@ class AotCompiled:
         self._state_getter = operator.attrgetter(*self.state_names) if self.state_names else None
         self.num_user_inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         self.variants: dict[tuple, Callable] = {}
+        self._alias_answers: dict = {}   # runner -> (data pointers, whether a mutated input aliases)
         self.final_grad_mode = _final_grad_mode(gm)
         self.ran_eagerly = False
         # The user's code this graph is part of: a variant compiled on a later call, or a
@@ -112,7 +113,7 @@ class AotCompiled:
         runner = self.variant_for(inputs, autocast)
         if runner is _NOT_COMPILED:
             return self.gm(*args)
-        if runner.program.mutated_inputs and _mutated_input_aliases(runner.program.mutated_inputs, inputs):
+        if runner.program.mutated_inputs and self._aliases(runner, inputs):
             return self._run_eagerly(args)
         if autocast:
             # The variant was traced under this autocast state: its casts are in
@@ -126,6 +127,17 @@ class AotCompiled:
             # leaves behind is global state that outlives the call, as in eager.
             torch._C._set_grad_enabled(self.final_grad_mode)
         return result
+
+    def _aliases(self, runner, inputs: list) -> bool:
+        """``_mutated_input_aliases``, walked again only when an input's data moved: with
+        sizes, strides and dtypes fixed (guards, variant), where the inputs' data start
+        decides which of them overlap. An optimizer step, called on the same parameters and
+        states every time, reads 4 data pointers per parameter instead of their storages."""
+        key = tuple(t.data_ptr() if isinstance(t, torch.Tensor) else None for t in inputs)
+        found = self._alias_answers.get(runner)
+        if found is None or found[0] != key:
+            found = self._alias_answers[runner] = (key, _mutated_input_aliases(runner.program.mutated_inputs, inputs))
+        return found[1]
 
     def _run_eagerly(self, args):
         # The graphs were traced for inputs with separate memory; an in-place

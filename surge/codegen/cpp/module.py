@@ -40,6 +40,10 @@ class CppModule:
     schedule: Schedule          # the schedule the kernels implement (refined for CPUs)
 
 
+# A segment's pointers are one ctypes call's arguments, of which ctypes allows 1024.
+MAX_SEGMENT_POINTERS = 1000
+
+
 def _segments(schedule: Schedule) -> list:
     out, current = [], []
     for step in schedule.steps:
@@ -69,14 +73,22 @@ def generate_cpp_module(schedule: Schedule, prefix: str = "") -> CppModule:
     kernels: dict[str, CppKernel] = {}
     parts = []
     segments = []
-    for k, steps in enumerate(_segments(schedule)):
-        params: list[str] = []
-        calls = []
-        for step in steps:
+    def close(steps, params, calls):
+        seg = Segment(f"{prefix}segment_{len(segments)}", steps, params)
+        segments.append(seg)
+        head = ", ".join(f"void* p{j}" for j in range(len(params)))
+        parts.append(f'extern "C" void {seg.name}({head}) {{\n' + "\n".join(calls) + "\n}\n")
+
+    for run in _segments(schedule):
+        steps, params, calls = [], [], []
+        for step in run:
             kernel = generate_cpp_kernel(prepare_kernel(step), buffers, f"{prefix}cpp_{step.name}",
                                          _in_place_pairs(schedule.memory.steps[step.index]))
             kernels[kernel.name] = kernel
             parts.append(kernel.source)
+            if steps and len(set(params) | {b for b, _ in kernel.params}) > MAX_SEGMENT_POINTERS:
+                close(steps, params, calls)   # ctypes calls take at most 1024 arguments
+                steps, params, calls = [], [], []
             args = []
             for buffer, out in kernel.params:
                 if buffer not in params:
@@ -84,10 +96,8 @@ def generate_cpp_module(schedule: Schedule, prefix: str = "") -> CppModule:
                 t = storage_type(buffers[buffer].dtype)
                 args.append(f"static_cast<{'' if out else 'const '}{t}*>(p{params.index(buffer)})")
             calls.append(f"    {kernel.name}({', '.join(args)});")
-        seg = Segment(f"{prefix}segment_{k}", steps, params)
-        segments.append(seg)
-        head = ", ".join(f"void* p{j}" for j in range(len(params)))
-        parts.append(f'extern "C" void {seg.name}({head}) {{\n' + "\n".join(calls) + "\n}\n")
+            steps.append(step)
+        close(steps, params, calls)
     if any(kernel.vector16 for kernel in kernels.values()):
         parts.insert(0, vector16.HELPERS)
     first = {seg.steps[0].index: seg for seg in segments}

@@ -49,11 +49,11 @@ from torch.optim import optimizer as torch_optimizer
 
 from ..sources import AttrSource, ItemSource
 from .base import Variable, unsupported
+from .constant import ConstantVariable
+from .containers import ListVariable
 from .contexts import set_grad_mode
 from .functions import UserFunctionVariable, UserMethodVariable
 from .objects import UserObjectVariable
-from .constant import ConstantVariable
-from .containers import ListVariable
 from .tensor import TENSOR_METHODS, TensorVariable, record_op
 from .torch_fns import TORCH_FUNCTION_RULES
 
