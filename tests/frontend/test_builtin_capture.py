@@ -198,3 +198,17 @@ def test_numpy_integer_arithmetic():
     same(compiled(x, np.int64(4)), with_numpy(x, np.int64(4)))
     same(compiled(x, np.int32(2)), with_numpy(x, np.int32(2)))  # another type: guarded
     assert len(rec.graphs) == 2
+
+
+def test_parameterized_builtin_types_are_constants():
+    """``list[Tensor]`` (torch.optim's ``cast(list[Tensor], xs)``) is a value of the trace:
+    passed to ``typing.cast`` and returned."""
+    def f(t):
+        alias = dict[str, list[int]]
+        return typing.cast(list[torch.Tensor], t) * 2, alias
+
+    x = torch.randn(3)
+    out, alias = surge.compile(f)(x)
+    torch.testing.assert_close(out, x * 2)
+    assert alias == dict[str, list[int]]
+    assert surge.counters["fallbacks"] == 0 and surge.counters["graph_breaks"] == 0

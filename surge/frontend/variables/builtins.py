@@ -17,7 +17,7 @@ import torch
 from ...registry import rule_registrar
 from ..markers import graph_break
 from .base import (
-    AttributeMissing, KnownCallableVariable, Variable, raise_in_user_code, unsupported,
+    AttributeMissing, KnownCallableVariable, raise_in_user_code, unsupported,
 )
 from .constant import NONE, ConstantVariable
 from .containers import (
@@ -48,23 +48,10 @@ class BuiltinVariable(KnownCallableVariable):
         """``list[Tensor]``, ``dict[str, int]``: a type annotation, as ``typing.cast`` takes it."""
         if not isinstance(self.fn, type) or not hasattr(self.fn, "__class_getitem__"):
             unsupported(f"indexing builtin {self.fn}")
-        return OpaqueTypeAlias(self.fn[annotation_value(index)])
+        return ConstantVariable(self.fn[annotation_value(index)])  # immutable, rebuilt as a constant
 
     def __repr__(self):
         return f"BuiltinVariable({getattr(self.fn, '__name__', self.fn)})"
-
-
-class OpaqueTypeAlias(Variable):
-    """A parameterized builtin type (``list[Tensor]``): only passed along (``cast``)."""
-
-    def __init__(self, alias):
-        self.alias = alias
-
-    def python_type(self):
-        return type(self.alias)
-
-    def truthy(self, tx):
-        return True
 
 
 def annotation_value(var):
@@ -75,8 +62,6 @@ def annotation_value(var):
         return var.cls
     if isinstance(var, BuiltinVariable) and isinstance(var.fn, type):
         return var.fn
-    if isinstance(var, OpaqueTypeAlias):
-        return var.alias
     if isinstance(var, TupleVariable):
         return tuple(annotation_value(v) for v in var.items)
     if var.is_constant():
