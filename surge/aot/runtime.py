@@ -84,6 +84,13 @@ class TrainingRunner:
         self.assemble = output_assembler(program)
 
     def __call__(self, inputs: list):
+        if not any(self.differentiable):
+            # No value it returns is differentiable (an optimizer step returns nothing):
+            # no backward can reach this call, so it runs as the Function's forward would,
+            # under no_grad, without the Function (whose apply walks every input).
+            with torch.no_grad():
+                results = call_compiled(self.forward, list(inputs))
+            return self.assemble(inputs, tuple(results[: self.num_values]))
         return self.assemble(inputs, CompiledFunction.apply(self, *inputs))
 
 
