@@ -9,6 +9,7 @@ is checked against eager on fresh inputs (not the ones it was compiled with).
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import fnmatch
 import gc
@@ -275,6 +276,11 @@ def prepare_contender(cfg: BenchConfig, instance, name: str, expected, inputs, c
         result.first_call_s, _ = timing.timed_once(step, cfg.device)
         if structure is not None:
             structure.finish(result, instance, target, inputs, cfg.surge_backend)
+        if instance.stateful and name != "eager":
+            # a call's result depends on the calls before it: the reference is one eager call
+            # from the state this contender's calls left
+            twin = copy.deepcopy(target)
+            expected = instance.run(twin, twin, check_inputs)
         if expected is not None:
             actual = instance.run(compiled, target, check_inputs)
             if reference is not None:

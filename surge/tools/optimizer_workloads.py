@@ -1,15 +1,16 @@
 """Optimizer-step workloads: ``opt.step()`` of torch.optim over a model-sized parameter list.
 
 The parameters have the shapes of GPT-2 small (124M values, 148 tensors) on CUDA,
-smaller ones elsewhere; gradients are fixed random tensors, attached to each
-contender's own copy. One call is one optimizer step, so a call's results depend on
-the steps before it: the bench times these workloads without comparing them with
-eager (``Instance.stateful``); tests/integration/test_optimizer_step.py checks the
-values of each step against eager.
+smaller ones elsewhere. The inputs are the gradients (random, one set per seed): a call
+attaches them to the parameters (outside the compiled step, as a backward would have
+left them; only when they changed, so timed calls check identities) and takes one
+optimizer step, whose result is the parameters. A call's results depend on the steps
+before it (``Instance.stateful``): the bench compares a contender's check call with one
+eager step from a copy of that contender's state; tests/integration/test_optimizer_step.py
+checks every step of several against eager.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 import torch
@@ -29,31 +30,42 @@ def gpt2_parameter_shapes(layers: int, width: int, vocab: int, positions: int) -
 
 
 class OptimizerStep(nn.Module):
-    """Parameters, their gradients (buffers) and an optimizer; ``forward()`` takes one step."""
+    """Parameters and an optimizer; ``forward()`` takes one step with the attached gradients."""
 
     def __init__(self, shapes, make_optimizer, device):
         super().__init__()
         gen = torch.Generator(device=device).manual_seed(0)
         self.params = nn.ParameterList(
             [nn.Parameter(torch.randn(s, generator=gen, device=device) * 0.02) for s in shapes])
-        for k, p in enumerate(self.params):
-            self.register_buffer(f"grad_{k}", torch.randn(p.shape, generator=gen, device=device))
         self.opt = make_optimizer(self.params.parameters())
 
-    def attach_grads(self) -> None:
-        for k, p in enumerate(self.params):
-            p.grad = getattr(self, f"grad_{k}")
+    def attach(self, grads) -> None:
+        for p, g in zip(self.params, grads):
+            if p.grad is not g:
+                p.grad = g
 
-    def forward(self):
+    def forward(self, *grads):
+        # The caller attaches the gradients (``OptimizerInstance.run``, outside the compiled
+        # step); they are accepted so that the target is called like any workload's.
         self.opt.step()
 
 
 @dataclasses.dataclass
 class OptimizerInstance(Instance):
-    def fresh_target(self):
-        target = copy.deepcopy(self.target)   # its own parameters and optimizer state
-        target.attach_grads()
-        return target
+    """A step of a contender's own copy (its parameters and optimizer state)."""
+
+    def run(self, compiled, target, inputs):
+        target.attach(inputs)
+        with torch.no_grad():
+            compiled()
+        return list(target.params)
+
+
+def _grad_maker(shapes, device):
+    def make_inputs(seed: int):
+        gen = torch.Generator(device=device).manual_seed(seed)
+        return tuple(torch.randn(s, generator=gen, device=device) for s in shapes)
+    return make_inputs
 
 
 def _adamw_step(device, scale, foreach):
@@ -65,7 +77,7 @@ def _adamw_step(device, scale, foreach):
     target = OptimizerStep(shapes, lambda ps: torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.01, foreach=foreach),
                            device)
     # per element: read parameter, gradient and both moments, write parameter and moments
-    return OptimizerInstance(target, lambda seed: (), dtype=torch.float32, stateful=True,
+    return OptimizerInstance(target, _grad_maker(shapes, device), dtype=torch.float32, stateful=True,
                              sizes={"tensors": len(shapes), "parameters": numel, "layers": layers, "width": width},
                              bytes_moved=7 * 4 * numel)
 

@@ -47,8 +47,8 @@ class Instance:
     loss_fn: Callable | None = None
     # Run forward and loss under torch.autocast to this dtype (mixed-precision training).
     autocast: torch.dtype | None = None
-    # A call's results depend on the calls before it (an optimizer step): timed, not
-    # compared with eager (its tests compare each step).
+    # A call's results depend on the calls before it (an optimizer step): each contender's
+    # check call is compared with one eager call from a copy of the state it left.
     stateful: bool = False
 
     def fresh_target(self):
