@@ -40,14 +40,9 @@ def _fuse(schedule: Schedule, ctx) -> Schedule:
 def _mark_stores(schedule: Schedule, ctx) -> Schedule:
     # the groups are the ones this pipeline's fuse step made: edited in place
     mark_stores(schedule.graph, schedule.steps)
-    steps = [s for s in schedule.steps if not isinstance(s, KernelGroup) or s.nodes]
-    for k, s in enumerate(steps):
-        s.index = k
-    return Schedule(schedule.graph, steps, None)
-
-
-def _store_into_inputs(schedule: Schedule, ctx) -> Schedule:
+    # a mutated input's new value stored into the input itself: its copy back goes
     steps, stores = stores_into_inputs(schedule.graph, schedule.steps)
+    steps = [s for s in steps if not isinstance(s, KernelGroup) or s.nodes]
     for k, s in enumerate(steps):
         s.index = k
     return Schedule(schedule.graph, steps, None, stores)
@@ -71,8 +66,7 @@ def _text(schedule: Schedule) -> str:
 # finished one out. The loop graph is only read.
 SCHEDULE = Pipeline("schedule", (
     PassStep("fuse", _fuse),                  # buffers into kernel groups and extern steps
-    PassStep("mark_stores", _mark_stores),    # which results reach memory; empty groups go
-    PassStep("store_into_inputs", _store_into_inputs),  # new values of mutated inputs: no copy back
+    PassStep("mark_stores", _mark_stores),    # which results reach memory (and where); empty groups go
     PassStep("name_kernels", _name_kernels),  # fused_add_gelu_0: after the ops they fuse
     PassStep("plan_memory", _plan_memory),    # buffer lifetimes, reuse, in-place updates
 ), render=_text, size=lambda schedule: len(schedule.steps), suffix="txt", unit="steps", channel="schedule")
