@@ -12,7 +12,7 @@ import torch
 from .ops_pointwise import broadcast_loader
 from .registry import NotLowered, register_lowering
 from .sizes import product
-from .tensor import LazyTensor, sym_shape
+from .tensor import LazyTensor
 from .values import Constant, Op, cast
 
 aten = torch.ops.aten
@@ -228,7 +228,7 @@ def native_layer_norm(ctx, x, normalized_shape, weight, bias, eps):
             v = Op("add", [v, cast(wb[k], acc)], acc)
         return cast(v, out)
     y = pointwise_of(ctx, x.shape, out, affine, normed, *extra)
-    stat_shape = sym_shape(ctx.out_meta[1].shape)
+    stat_shape = ctx.sizes.shape(ctx.out_meta[1].shape)
     stat_dtype = ctx.out_dtype(1)
     mean_out = pointwise_of(ctx, stat_shape, stat_dtype, lambda m: cast(m, stat_dtype), mu)
     rstd_out = pointwise_of(ctx, stat_shape, stat_dtype, lambda r: cast(r, stat_dtype), rstd)

@@ -64,7 +64,3 @@ class LazyTensor:
     def __repr__(self) -> str:
         where = f" view of {self.view[0]}" if self.view else ""
         return f"LazyTensor({list(self.shape)}, {self.dtype}{where})"
-
-
-def sym_shape(shape) -> tuple:
-    return tuple(sympy.Integer(int(s)) if not isinstance(s, sympy.Basic) else s for s in shape)
