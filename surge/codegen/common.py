@@ -172,17 +172,19 @@ def _assign_stages(plan: KernelPlan) -> None:
         ready[m.buffer.name] = first
 
 
-def layout_span(layout) -> int:
+def layout_span(layout) -> sympy.Expr:
     """Elements from a layout's first element to its last reachable one, inclusive (its
-    offset not counted)."""
-    return sum((int(s) - 1) * abs(int(st)) for s, st in zip(layout.shape, layout.stride)) + 1
+    offset not counted); an expression of the size symbols for symbolic layouts (whose
+    strides are never negative: only a flip of static sizes makes one)."""
+    return sympy.expand(sum(((s - 1) * (abs(st) if st.is_Integer else st)
+                             for s, st in zip(layout.shape, layout.stride)), sympy.Integer(0)) + 1)
 
 
 def format_index(expr: sympy.Expr, names: dict | None = None) -> str:
     """``expr`` in the integer syntax shared by Triton and C (non-negative operands)."""
     names = names or {}
     if expr.is_Integer:
-        return str(int(expr))
+        return str(expr)
     if expr.is_Symbol:
         return names.get(expr, expr.name)
     if isinstance(expr, FloorDiv):

@@ -27,15 +27,11 @@ import dataclasses
 
 import sympy
 
-from ..errors import SurgeError
+from ..errors import SizeGuardFailed
 from .sizes import FloorDiv, Mod
 
 # 0 and 1 are specialized (a size-1 dim broadcasts): a symbol is at least this.
 DEFAULT_LOWER_BOUND = 2
-
-
-class SizeGuardFailed(SurgeError):
-    """Sizes at a call break a guard that the compiled code relies on."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,8 +202,13 @@ class SizeVars:
 
     # -- decisions that guard ----------------------------------------------------------
     def _record(self, guard: Guard) -> None:
-        if guard.expr.free_symbols and guard not in self.guards:
-            self.guards.append(guard)
+        if not guard.expr.free_symbols or guard in self.guards:
+            return
+        if guard.kind == "ge":   # e >= 0 follows from e' >= 0 when e' <= e for every size
+            if any(g.kind == "ge" and self.known_leq(g.expr, guard.expr) for g in self.guards):
+                return
+            self.guards = [g for g in self.guards if not (g.kind == "ge" and self.known_leq(guard.expr, g.expr))]
+        self.guards.append(guard)
 
     def guard_equal(self, a, b) -> bool:
         """Whether ``a == b`` at the hints; the answer is guarded unless it always holds."""

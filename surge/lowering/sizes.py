@@ -52,6 +52,11 @@ def index_symbol(prefix: str, k: int) -> sympy.Symbol:
     return sympy.Symbol(f"{prefix}{k}", integer=True, nonnegative=True)
 
 
+def is_index_symbol(symbol: sympy.Symbol) -> bool:
+    """A loop or kernel index (``i0``, ``r0``, ``x0``...), not a size symbol (``s0``)."""
+    return symbol.name[0] in "irx" and symbol.name[1:].isdigit()
+
+
 def sym(value) -> sympy.Expr:
     """An int or a size expression as a sympy expression (a SymInt goes through
     ``SizeVars.expr``, which knows the graph's symbols)."""

@@ -88,6 +88,8 @@ def _precompile(kernels: dict, paths: dict, cache_dir: str) -> None:
         device_name = torch.cuda.get_device_name()
         jobs = []
         for meta in kernels.values():
+            if meta.get("symbolic"):   # its config depends on each call's sizes: compiled at launch
+                continue
             config = launch_config(meta, cache_dir, device_name)
             if not binary_cache.has_record(cache_dir, binary_cache.record_key(meta, config, device_name)):
                 jobs.append(compile_pool.job_for(paths[meta["file"]], meta, config))

@@ -53,6 +53,8 @@ def _grid(meta: dict, config: dict) -> tuple:
 
 
 def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tune: bool = False):
+    if meta.get("symbolic"):
+        return make_symbolic_launcher(kernel, name, meta, source, cache_dir, tune)
     interpret = interpreting()
     configs = autotune.candidate_configs(meta, interpret)
     sizes = (meta["xnumel"], meta["rnumel"]) if meta["reduction"] else (meta["xnumel"],)
@@ -185,3 +187,49 @@ def direct_launch(kernel, compiled, grid: tuple, first_args: tuple, sizes: tuple
         return True
 
     return direct
+
+
+def make_symbolic_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tune: bool = False):
+    """The launcher of a kernel whose sizes are arguments: the host code passes the size
+    symbols, then xnumel (and rnumel), after the pointers. The grid and the config follow
+    each call's numbers: a config is picked once per distinct (xnumel, rnumel), from the
+    candidates for those numbers (a tuned choice stored for them, else the default), so a
+    persistent reduction's RBLOCK always covers its row. Launches go through Triton's own
+    binding, which specializes on the size arguments as it does on any integer."""
+    interpret = interpreting()
+    numels = 2 if meta["reduction"] else 1
+    chosen: dict = {}   # (xnumel, rnumel) -> (grid, config)
+
+    def pick(args, key) -> tuple:
+        sized = dict(meta, xnumel=key[0], rnumel=key[1] if meta["reduction"] else 1)
+        configs = autotune.candidate_configs(sized, interpret)
+        config = configs[0]
+        if not interpret and len(configs) > 1:
+            import torch
+            tuning = autotune.tuning_key(source, sized, torch.cuda.get_device_name())
+            found = autotune.load_choice(cache_dir, tuning)
+            if found is not None:
+                config = found["config"]
+            elif tune:
+                timing_args = _timing_args(args)
+                config, timings = autotune.benchmark(
+                    lambda c: kernel[_grid(sized, c)](*timing_args, **c), configs)
+                autotune.store_choice(cache_dir, tuning, config, timings)
+                logs.log("perf", f"autotuned {name} for sizes {key}: {config}")
+        return _grid(sized, config), config
+
+    def launch(*args):
+        key = args[-numels:]
+        found = chosen.get(key)
+        if found is None:
+            if not interpret:
+                compile_pool.finish_pending()
+            found = chosen[key] = pick(args, key)
+        grid, config = found
+        kernel[grid](*args, **config)
+
+    launch.configs = []
+    launch.state = chosen
+    launch.kernel = kernel
+    launch.meta = meta
+    return launch
