@@ -23,7 +23,9 @@ import dataclasses
 import sympy
 
 from ..lowering.ir import ComputedBuffer
-from ..lowering.sizes import FloorDiv, Mod, index_symbol, linear_coefficient, product, simplify_with_ranges
+from ..lowering.sizes import (
+    FloorDiv, Mod, index_symbol, is_index_symbol, linear_coefficient, product, simplify_with_ranges,
+)
 from ..lowering.values import IndexValue, Load, substitute_index, walk
 from ..schedule.groups import KernelGroup, kernel_bounds
 
@@ -170,6 +172,22 @@ def _assign_stages(plan: KernelPlan) -> None:
         if m.role in ("reduction", "column"):   # a column sum accumulates in that pass
             m.stage = first
         ready[m.buffer.name] = first
+
+
+def plan_size_symbols(plan: KernelPlan) -> list:
+    """The size symbols a kernel's code may read (its sizes, indices and index values),
+    sorted by name: the kernel's size arguments."""
+    found = set()
+    for n in (*plan.x_sizes, *plan.r_sizes):
+        found |= n.free_symbols
+    for m in plan.members:
+        found |= m.store_index.free_symbols
+        for v in walk(m.value):
+            if isinstance(v, Load):
+                found |= v.index.free_symbols
+            elif isinstance(v, IndexValue):
+                found |= v.expr.free_symbols
+    return sorted((s for s in found if not is_index_symbol(s)), key=lambda s: s.name)
 
 
 def layout_span(layout) -> sympy.Expr:

@@ -70,6 +70,8 @@ def _joins(group: KernelGroup, node: ComputedBuffer, producer_step: dict) -> boo
         return False
     if not _is_row_kernel(group):
         return False
+    if not all(getattr(n, "is_Integer", False) for n in group.x_ranges):
+        return False   # the C++ column sums split the rows among threads by number
     columns = 1
     for size in group.r_ranges:
         if not getattr(size, "is_Integer", False):

@@ -29,6 +29,7 @@ class Segment:
     name: str
     steps: list          # KernelGroup, in order
     buffers: list        # buffer names, in parameter order
+    sizes: list = dataclasses.field(default_factory=list)   # size symbols, parameters after the buffers
 
 
 @dataclasses.dataclass
@@ -71,10 +72,11 @@ def generate_cpp_module(schedule: Schedule, prefix: str = "") -> CppModule:
     segments = []
     for k, steps in enumerate(_segments(schedule)):
         params: list[str] = []
+        size_params: list[str] = []
         calls = []
         for step in steps:
             kernel = generate_cpp_kernel(prepare_kernel(step), buffers, f"{prefix}cpp_{step.name}",
-                                         _in_place_pairs(schedule.memory.steps[step.index]))
+                                         _in_place_pairs(schedule.memory.steps[step.index]), schedule.graph.sizes)
             kernels[kernel.name] = kernel
             parts.append(kernel.source)
             args = []
@@ -83,10 +85,12 @@ def generate_cpp_module(schedule: Schedule, prefix: str = "") -> CppModule:
                     params.append(buffer)
                 t = storage_type(buffers[buffer].dtype)
                 args.append(f"static_cast<{'' if out else 'const '}{t}*>(p{params.index(buffer)})")
-            calls.append(f"    {kernel.name}({', '.join(args)});")
-        seg = Segment(f"{prefix}segment_{k}", steps, params)
+            size_params.extend(n for n in kernel.size_args if n not in size_params)
+            calls.append(f"    {kernel.name}({', '.join(args + kernel.size_args)});")
+        size_params.sort()
+        seg = Segment(f"{prefix}segment_{k}", steps, params, size_params)
         segments.append(seg)
-        head = ", ".join(f"void* p{j}" for j in range(len(params)))
+        head = ", ".join([f"void* p{j}" for j in range(len(params))] + [f"int64_t {n}" for n in size_params])
         parts.append(f'extern "C" void {seg.name}({head}) {{\n' + "\n".join(calls) + "\n}\n")
     if any(kernel.vector16 for kernel in kernels.values()):
         parts.insert(0, vector16.HELPERS)

@@ -24,10 +24,10 @@ import torch
 
 from ...lowering.reductions import HIGHEST, ONE, ZERO, ReductionKind, reduction_kind
 from ...lowering.size_vars import SizeVars
-from ...lowering.sizes import is_index_symbol, linear_coefficient
+from ...lowering.sizes import linear_coefficient
 from ...lowering.values import Constant, IndexValue, Load, Masked, Op, cast_scalar, walk
 from ...runtime.triton_mode import interpreting
-from ..common import KernelPlan, format_index, layout_span
+from ..common import KernelPlan, format_index, layout_span, plan_size_symbols
 from .functions import functions_called
 from .ops import COSTLY_OPS, OP_RULES, POINTER_TYPES, cast_expr, compute_dtype, literal, triton_dtype
 
@@ -546,22 +546,6 @@ def next_power_of_2(n: int) -> int:
 def _extent(buf) -> sympy.Expr:
     """Elements spanned by a buffer's layout (its largest reachable offset + 1)."""
     return buf.layout.offset + layout_span(buf.layout)
-
-
-def plan_size_symbols(plan: KernelPlan) -> list:
-    """The size symbols a kernel's code may read (its sizes, indices and index values),
-    sorted by name: the kernel's size arguments."""
-    found = set()
-    for n in (*plan.x_sizes, *plan.r_sizes):
-        found |= n.free_symbols
-    for m in plan.members:
-        found |= m.store_index.free_symbols
-        for v in walk(m.value):
-            if isinstance(v, Load):
-                found |= v.index.free_symbols
-            elif isinstance(v, IndexValue):
-                found |= v.expr.free_symbols
-    return sorted((s for s in found if not is_index_symbol(s)), key=lambda s: s.name)
 
 
 def reads_along_x(plan: KernelPlan) -> bool:
