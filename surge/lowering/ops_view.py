@@ -201,7 +201,7 @@ def slice_bounds(sizes, size, start, end, step: int = 1) -> tuple:
         if v < 0:
             v = size + v
             return sympy.Integer(0) if sizes.guard_lt(v, 0) else v
-        return size if sizes.guard_leq(size, v) else v
+        return v if sizes.guard_leq(v, size) else size
     begin, stop = clamp(start, sympy.Integer(0)), clamp(end, size)
     if sizes.guard_leq(stop, begin):
         return begin, stop, sympy.Integer(0)

@@ -240,6 +240,6 @@ def simplify_with_ranges(expr: sympy.Expr, bounds: dict) -> sympy.Expr:
     if not expr.has(FloorDiv, Mod):
         return sympy.expand(expr)
     # a symbolic bound (a size symbol) proves nothing here: only numbers take part
-    key = tuple(sorted(((s, int(b)) for s, b in bounds.items() if s in expr.free_symbols and b.is_Integer),
+    key = tuple(sorted(((s, int(b)) for s, b in bounds.items() if s in expr.free_symbols and (isinstance(b, int) or b.is_Integer)),
                        key=lambda p: p[0].name))
     return _simplify_cached(expr, key)
