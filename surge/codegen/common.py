@@ -198,6 +198,12 @@ def layout_span(layout) -> sympy.Expr:
                              for s, st in zip(layout.shape, layout.stride)), sympy.Integer(0)) + 1)
 
 
+def _operand(expr: sympy.Expr, names: dict) -> str:
+    """A divisor in parentheses unless it is one number or symbol (``x // (2*s0)``)."""
+    text = format_index(expr, names)
+    return text if expr.is_Atom or text.startswith("(") else f"({text})"
+
+
 def format_index(expr: sympy.Expr, names: dict | None = None) -> str:
     """``expr`` in the integer syntax shared by Triton and C (non-negative operands)."""
     names = names or {}
@@ -206,9 +212,9 @@ def format_index(expr: sympy.Expr, names: dict | None = None) -> str:
     if expr.is_Symbol:
         return names.get(expr, expr.name)
     if isinstance(expr, FloorDiv):
-        return f"({format_index(expr.args[0], names)} // {format_index(expr.args[1], names)})"
+        return f"({format_index(expr.args[0], names)} // {_operand(expr.args[1], names)})"
     if isinstance(expr, Mod):
-        return f"({format_index(expr.args[0], names)} % {format_index(expr.args[1], names)})"
+        return f"({format_index(expr.args[0], names)} % {_operand(expr.args[1], names)})"
     if expr.is_Add:
         terms = [format_index(a, names) for a in sorted(expr.args, key=sympy.default_sort_key)]
         out = terms[0]

@@ -8,6 +8,8 @@ against eager, with no compile in between.
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 import sympy
 import torch
@@ -31,7 +33,8 @@ from surge.schedule import schedule_graph
 from . import structure_programs as sp
 from .helpers import assert_outputs_match
 
-OPTIONS = Options(raise_internal_errors=True, graph_cache=False)
+def _options() -> Options:
+    return Options(raise_internal_errors=True, graph_cache=False, cache_dir=os.environ["SURGE_CACHE_DIR"])
 
 
 def symbolic_graph(fn, inputs, dynamic: dict, size_inputs: int = 0):
@@ -124,8 +127,8 @@ SIZES = [(3, 7), (9, 2), (4, 13)]
 
 def _compile(target, gm, examples):
     if target == "triton":
-        return compile_aten_graph(gm, examples, OPTIONS)
-    return compile_aten_graph_cpp(gm, examples, OPTIONS)
+        return compile_aten_graph(gm, examples, _options())
+    return compile_aten_graph_cpp(gm, examples, _options())
 
 
 @pytest.mark.parametrize("target", ["triton", "cpp"])
@@ -173,7 +176,7 @@ def test_kernels_take_sizes_as_arguments():
     run_at_sizes(fn, compiled, make_inputs, SIZES)
     assert set(launcher.state) == {(n, m) for n, m in SIZES}   # one grid and config per size
 
-    static = compile_aten_graph(make_fx(fn)(torch.randn(*TRACED)), [torch.randn(*TRACED)], OPTIONS)
+    static = compile_aten_graph(make_fx(fn)(torch.randn(*TRACED)), [torch.randn(*TRACED)], _options())
     (meta,) = static.module.KERNELS.values()
     assert "symbolic" not in meta and meta["xnumel"] == 6 and meta["rnumel"] == 5
     assert "s0" not in static.source

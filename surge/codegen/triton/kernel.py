@@ -434,9 +434,9 @@ class TritonKernelWriter:
         base = "xindex" if prefix == "x" else "rindex"
         stride = sympy.Integer(1)
         for k in reversed(range(len(sizes))):
-            expr = base if stride == 1 else f"({base} // {format_index(stride)})"
+            expr = base if stride == 1 else f"({base} // {_size_operand(stride)})"
             if k > 0:
-                expr = f"{expr} % {format_index(sizes[k])}"
+                expr = f"{expr} % {_size_operand(sizes[k])}"
             scope.lines.append(f"{prefix}{k} = {expr}")
             stride = stride * sizes[k]
 
@@ -537,6 +537,12 @@ def _constant_of(v):
     if isinstance(v, IndexValue) and not v.expr.free_symbols:
         return int(v.expr)   # a number already (no symbols)
     return None
+
+
+def _size_operand(n: sympy.Expr) -> str:
+    """A size as the right operand of ``//`` or ``%`` (parenthesized unless one term)."""
+    text = format_index(n)
+    return text if n.is_Atom else f"({text})"
 
 
 def next_power_of_2(n: int) -> int:
