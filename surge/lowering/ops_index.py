@@ -15,6 +15,7 @@ import torch
 
 from .ops_pointwise import broadcast_loader
 from .registry import NotLowered, register_lowering
+from .size_vars import static_int
 from .sizes import index_symbol
 from .tensor import LazyTensor
 from .values import Constant, IndexValue, Load, Op, cast
@@ -26,7 +27,7 @@ _indirect_ids = itertools.count()
 def _wrapped(v, size):
     """``v`` or ``v + size`` for negative indices, as int64."""
     v = cast(v, torch.int64)
-    size_c = Constant(int(size), torch.int64) if size.is_Integer else IndexValue(size)
+    size_c = Constant(static_int(size), torch.int64) if size.is_Integer else IndexValue(size)
     return Op("where", [Op("lt", [v, Constant(0, torch.int64)], torch.bool),
                         Op("add", [v, size_c], torch.int64), v], torch.int64)
 

@@ -11,6 +11,7 @@ import torch
 
 from .ir import Layout
 from .registry import NotLowered, register_lowering
+from .size_vars import static_int
 from .sizes import FloorDiv, Mod, contiguous_strides, decompose, product, sym
 from .tensor import LazyTensor
 from .values import Constant, IndexValue, Masked, Op, cast
@@ -134,7 +135,7 @@ def view_strides(old_shape, old_stride, new_shape):
     chunks exactly. Sizes must be known numbers."""
     if not all(getattr(v, "is_Integer", False) for v in (*old_shape, *old_stride, *new_shape)):
         return None
-    old_shape, old_stride, new_shape = ([int(v) for v in seq] for seq in (old_shape, old_stride, new_shape))
+    old_shape, old_stride, new_shape = ([static_int(v) for v in seq] for seq in (old_shape, old_stride, new_shape))
     if not old_shape or 0 in old_shape:
         return None
     new_stride = [0] * len(new_shape)
@@ -309,7 +310,7 @@ def repeat(ctx, x, repeats):
 def _compare(op: str, expr, bound):
     bound = sym(bound)
     if bound.is_Integer:
-        return Op(op, [IndexValue(expr), Constant(int(bound), torch.int64)], torch.bool)
+        return Op(op, [IndexValue(expr), Constant(static_int(bound), torch.int64)], torch.bool)
     # a bound that is a size: the difference of two index expressions against 0
     return Op(op, [IndexValue(sympy.expand(expr - bound)), Constant(0, torch.int64)], torch.bool)
 

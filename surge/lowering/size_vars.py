@@ -55,6 +55,14 @@ class Guard:
         return f"{self.expr} {dict(eq='==', ne='!=', ge='>=', lt='<')[self.kind]} 0"
 
 
+def static_int(expr) -> int | None:
+    """The number a size expression is (None when it has size symbols): code that has
+    checked a size is static turns it into an int here."""
+    if isinstance(expr, int):
+        return expr
+    return int(expr) if expr.is_Integer else None
+
+
 def _evaluate(expr: sympy.Expr, values: dict) -> int:
     """The integer ``expr`` takes with ``values`` (symbol -> int) for its symbols."""
     if expr.is_Integer:
@@ -138,8 +146,7 @@ class SizeVars:
     # -- numbers -----------------------------------------------------------------------
     def static(self, expr) -> int | None:
         """The integer ``expr`` is, or None when it depends on a size symbol."""
-        expr = self.expr(expr)
-        return int(expr) if expr.is_Integer else None
+        return static_int(self.expr(expr))
 
     def is_static(self, expr) -> bool:
         return self.expr(expr).is_Integer

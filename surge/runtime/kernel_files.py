@@ -83,13 +83,12 @@ def _precompile(kernels: dict, paths: dict, cache_dir: str) -> None:
     if not torch.cuda.is_available():
         return
     from . import binary_cache, compile_pool
-    from .autotune import launch_config
+    from .autotune import at_hints, launch_config
     try:
         device_name = torch.cuda.get_device_name()
         jobs = []
         for meta in kernels.values():
-            if meta.get("symbolic"):   # its config depends on each call's sizes: compiled at launch
-                continue
+            meta = at_hints(meta)   # a symbolic kernel: for the example sizes, most often the first call's
             config = launch_config(meta, cache_dir, device_name)
             if not binary_cache.has_record(cache_dir, binary_cache.record_key(meta, config, device_name)):
                 jobs.append(compile_pool.job_for(paths[meta["file"]], meta, config))

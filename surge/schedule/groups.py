@@ -24,6 +24,7 @@ import dataclasses
 import sympy
 
 from ..lowering.ir import ComputedBuffer, ExternBuffer
+from ..lowering.size_vars import static_int
 from ..lowering.sizes import index_symbol, simplify_with_ranges
 
 
@@ -104,10 +105,10 @@ def _runs(node_sizes, dims):
     runs, j = [], 0
     for size in node_sizes:
         start, prod = j, 1
-        while j < len(dims) and prod < int(size):
-            prod *= int(dims[j])
+        while j < len(dims) and prod < static_int(size):
+            prod *= static_int(dims[j])
             j += 1
-        if prod != int(size) or j == start:
+        if prod != static_int(size) or j == start:
             return None
         runs.append((start, j))
     return runs if j == len(dims) else None

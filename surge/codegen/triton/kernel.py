@@ -23,7 +23,7 @@ import sympy
 import torch
 
 from ...lowering.reductions import HIGHEST, ONE, ZERO, ReductionKind, reduction_kind
-from ...lowering.size_vars import SizeVars
+from ...lowering.size_vars import SizeVars, static_int
 from ...lowering.sizes import linear_coefficient
 from ...lowering.values import Constant, IndexValue, Load, Masked, Op, cast_scalar, walk
 from ...runtime.triton_mode import interpreting
@@ -61,6 +61,7 @@ class KernelSource:
     # kernel reads, then xnumel and rnumel) as Python expressions; empty for static sizes,
     # whose launchers bind the numbers
     size_args: list = dataclasses.field(default_factory=list)
+    size_hints: list = dataclasses.field(default_factory=list)   # the size arguments at the example inputs
 
 
 class Scope:
@@ -508,8 +509,8 @@ class TritonKernelWriter:
     def finish(self, top: Scope) -> KernelSource:
         params = [p[0] for p in self.params]
         body = "\n".join(top.lines)   # the size symbols the code reads (xnumel may cover the others)
-        symbols = [s.name for s in plan_size_symbols(self.plan)
-                   if re.search(rf"\b{s.name}\b", body)] if self.symbolic else []
+        read = [s for s in plan_size_symbols(self.plan) if re.search(rf"\b{s.name}\b", body)] if self.symbolic else []
+        symbols = [s.name for s in read]
         sizes = symbols + ["xnumel"] + (["rnumel"] if self.reduction else [])
         consts = ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.reduction else [])
         int_sig = "i64" if self.index_bits == 64 else "i32"
@@ -521,12 +522,13 @@ class TritonKernelWriter:
         if self.symbolic:
             xnumel, rnumel = format_index(self.xnumel), format_index(self.rnumel)
             size_args = symbols + [format_index(n) for n in numels]
+            hints = [self.sizes.hint(n) for n in read + numels]
         else:
             xnumel, rnumel = self.sizes.static(self.xnumel), self.sizes.static(self.rnumel)
-            size_args = []
+            size_args, hints = [], []
         return KernelSource(self.name, source, functions_called(source), all_params,
                             self.reduction, self.persistent, xnumel, rnumel, self.index_bits,
-                            self.costly_ops, self.column, size_args)
+                            self.costly_ops, self.column, size_args, hints)
 
 
 def _constant_of(v):
@@ -535,7 +537,7 @@ def _constant_of(v):
     if isinstance(v, Constant):
         return v.value
     if isinstance(v, IndexValue) and not v.expr.free_symbols:
-        return int(v.expr)   # a number already (no symbols)
+        return static_int(v.expr)
     return None
 
 

@@ -86,7 +86,7 @@ def generate_module(schedule: Schedule, persistent_limit: int = 8192, compile_wo
                           reduction=ks.is_reduction, persistent=ks.persistent, index_bits=ks.index_bits,
                           costly_ops=ks.costly_ops, column=ks.column, signature={p: t for p, _, t in ks.params})
         if ks.size_args:   # sizes are arguments: numbers, grid and config come with each call
-            meta[name]["symbolic"] = True
+            meta[name].update(symbolic=True, size_hints=ks.size_hints)
     if schedule.graph.device.type == "cuda" and not interpreting():
         # kernels compile when the module is loaded: start the workers while it is written
         compile_pool.start_workers(len(files), compile_workers)
