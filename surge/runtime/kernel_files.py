@@ -83,12 +83,15 @@ def _precompile(kernels: dict, paths: dict, cache_dir: str) -> None:
     if not torch.cuda.is_available():
         return
     from . import binary_cache, compile_pool
-    from .autotune import at_hints, launch_config
+    from .autotune import launch_config
     try:
         device_name = torch.cuda.get_device_name()
         jobs = []
         for meta in kernels.values():
-            meta = at_hints(meta)   # a symbolic kernel: for the example sizes, most often the first call's
+            if meta.get("symbolic"):
+                # compiled at its first launch: a symbolic kernel keeps no binary record, so a
+                # warm process would start workers only to find Triton's cached binary
+                continue
             config = launch_config(meta, cache_dir, device_name)
             if not binary_cache.has_record(cache_dir, binary_cache.record_key(meta, config, device_name)):
                 jobs.append(compile_pool.job_for(paths[meta["file"]], meta, config))
