@@ -21,6 +21,7 @@ bandwidth). Measured on an H200 (eager vs padded, copies included): 16x768 @
 """
 from __future__ import annotations
 
+import sympy
 import torch
 
 from .matmul_operands import realize_transposed, strided_view
@@ -78,7 +79,7 @@ def _padded_operand(ctx, t: LazyTensor, rows: int, cols: int) -> LazyTensor:
         mask = conds[0] if len(conds) == 1 else Op("logical_and", conds, torch.bool)
         return Masked(mask, t.load([i, j]), 0)
 
-    padded = LazyTensor((rows, cols), t.dtype, t.device, loader=load)
+    padded = LazyTensor((sympy.Integer(rows), sympy.Integer(cols)), t.dtype, t.device, loader=load)
     return realize_transposed(ctx, padded) if transposed else ctx.realize(padded)
 
 
@@ -87,7 +88,7 @@ def _padded_bias(ctx, bias: LazyTensor, n: int, n_pad: int) -> LazyTensor:
     def load(idx):
         inner = [0] * (bias.ndim - 1) + [idx[0]]
         return Masked(index_less(idx[0], n), bias.load(inner), 0)
-    return ctx.realize(LazyTensor((n_pad,), bias.dtype, bias.device, loader=load))
+    return ctx.realize(LazyTensor((sympy.Integer(n_pad),), bias.dtype, bias.device, loader=load))
 
 
 def _plan(ctx, a, b):
