@@ -63,12 +63,15 @@ def size_bindings(graph: LoopGraph) -> list:
     lines = []
     for symbol in graph.sizes.symbols:
         lines.append(f"{symbol.name} = {_size_source(graph, symbol)}")
-    if graph.sizes.guards:
-        lines.append("from surge.errors import SizeGuardFailed")
     for guard in graph.sizes.guards:
         lines.append(f"if not ({guard_condition(guard)}):")
         lines.append(f"    raise SizeGuardFailed({('compiled for sizes with ' + str(guard))!r})")
     return lines
+
+
+def guard_imports(graph: LoopGraph) -> list:
+    """What the guard checks of ``size_bindings`` need, imported once in ``make_call``."""
+    return ["from surge.errors import SizeGuardFailed"] if graph.sizes.guards else []
 
 
 def _size_source(graph: LoopGraph, symbol) -> str:
@@ -128,7 +131,7 @@ class WrapperWriter:
 
     def write(self) -> str:
         g = self.graph
-        out = ["def make_call(launchers):"]
+        out = ["def make_call(launchers):"] + ["    " + line for line in guard_imports(g)]
         kernels = [s for s in self.schedule.steps if isinstance(s, KernelGroup)]
         for k in kernels:
             out.append(f"    {k.name} = launchers[{('triton_' + k.name)!r}]")

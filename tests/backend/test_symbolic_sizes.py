@@ -31,7 +31,7 @@ from surge.options import Options
 from surge.schedule import schedule_graph
 
 from . import structure_programs as sp
-from .helpers import assert_outputs_match
+from .helpers import DEVICE, assert_outputs_match
 
 def _options() -> Options:
     return Options(raise_internal_errors=True, graph_cache=False, cache_dir=os.environ["SURGE_CACHE_DIR"])
@@ -125,6 +125,12 @@ TRACED = (6, 5)
 SIZES = [(3, 7), (9, 2), (4, 13)]
 
 
+def on_device(target, make_inputs):
+    """Triton's inputs on the GPU when there is one (else interpreted on the CPU); C++'s on the CPU."""
+    device = DEVICE if target == "triton" else "cpu"
+    return lambda *size: tuple(t.to(device) for t in make_inputs(*size))
+
+
 def _compile(target, gm, examples):
     if target == "triton":
         return compile_aten_graph(gm, examples, _options())
@@ -135,6 +141,7 @@ def _compile(target, gm, examples):
 @pytest.mark.parametrize("name", sorted(ONE))
 def test_one_symbolic_size(target, name):
     fn, make_inputs, dynamic = ONE[name]
+    make_inputs = on_device(target, make_inputs)
     gm, examples = symbolic_graph(fn, make_inputs(*TRACED), dynamic)
     compiled = _compile(target, gm, examples)
     assert "s0 = arg0.shape[0]" in compiled.source   # the size is read from the call's tensors
@@ -145,6 +152,7 @@ def test_one_symbolic_size(target, name):
 @pytest.mark.parametrize("name", sorted(TWO))
 def test_two_symbolic_sizes(target, name):
     fn, make_inputs, dynamic = TWO[name]
+    make_inputs = on_device(target, make_inputs)
     gm, examples = symbolic_graph(fn, make_inputs(*TRACED), dynamic)
     compiled = _compile(target, gm, examples)
     assert "s1 = " in compiled.source
@@ -155,6 +163,7 @@ def test_two_symbolic_sizes(target, name):
 def test_size_placeholders_as_dynamo_hands_them(target):
     """SymInt placeholders before the tensors: the host code reads the sizes from them."""
     fn, make_inputs, dynamic = TWO["matmul_epilogue"]
+    make_inputs = on_device(target, make_inputs)
     gm, examples = symbolic_graph(fn, make_inputs(*TRACED), dynamic, size_inputs=2)
     assert isinstance(examples[0], torch.SymInt)
     compiled = _compile(target, gm, examples)
@@ -166,6 +175,7 @@ def test_kernels_take_sizes_as_arguments():
     """A symbolic kernel's sizes are arguments (no size literal of the traced shape); its
     launch grid comes from each call's sizes. A static graph's kernels are unchanged."""
     fn, make_inputs, dynamic = TWO["softmax"]
+    make_inputs = on_device("triton", make_inputs)
     gm, examples = symbolic_graph(fn, make_inputs(*TRACED), dynamic)
     compiled = _compile("triton", gm, examples)
     (meta,) = compiled.module.KERNELS.values()
@@ -175,8 +185,11 @@ def test_kernels_take_sizes_as_arguments():
     launcher = next(iter(compiled.launchers.values()))
     run_at_sizes(fn, compiled, make_inputs, SIZES)
     assert set(launcher.state) == {(n, m) for n, m in SIZES}   # one grid and config per size
+    # persistent at the hint: the guard keeps each call's tile within the persistent limit
+    assert "8192 - s1 >= 0" in [str(g) for g in compiled.schedule.graph.sizes.guards]
 
-    static = compile_aten_graph(make_fx(fn)(torch.randn(*TRACED)), [torch.randn(*TRACED)], _options())
+    static_inputs = make_inputs(*TRACED)
+    static = compile_aten_graph(make_fx(fn)(*static_inputs), list(static_inputs), _options())
     (meta,) = static.module.KERNELS.values()
     assert "symbolic" not in meta and meta["xnumel"] == 6 and meta["rnumel"] == 5
     assert "s0" not in static.source
@@ -189,7 +202,8 @@ def test_a_decision_that_needs_a_number_is_guarded(target):
     def fn(x):
         return x[:, :4] * 2
 
-    gm, examples = symbolic_graph(fn, [torch.randn(*TRACED)], {0: [0, 1]})
+    make_inputs = on_device(target, lambda n, m: (torch.randn(n, m),))
+    gm, examples = symbolic_graph(fn, make_inputs(*TRACED), {0: [0, 1]})
     # tracing refined m's range to [4, inf) (a guard of the frontend's); without it the
     # backend must guard the clamp itself
     env = examples[0].shape[1].node.shape_env
@@ -198,9 +212,9 @@ def test_a_decision_that_needs_a_number_is_guarded(target):
     graph, _ = lower_graph(gm, examples)
     assert [str(g) for g in graph.sizes.guards] == ["s1 - 4 >= 0"]
     compiled = _compile(target, gm, examples)
-    run_at_sizes(fn, compiled, lambda n, m: (torch.randn(n, m),), [(3, 4), (7, 9), (2, 5)])
+    run_at_sizes(fn, compiled, make_inputs, [(3, 4), (7, 9), (2, 5)])
     with pytest.raises(SizeGuardFailed):
-        compiled(torch.randn(3, 3))
+        compiled(*make_inputs(3, 3))
 
 
 def test_schedule_fuses_symbolic_groups():

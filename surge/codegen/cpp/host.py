@@ -10,7 +10,7 @@ from __future__ import annotations
 from ...lowering.ir import ExternBuffer
 from ...schedule.scheduler import Schedule
 from ..common import format_index
-from ..wrapper import WRAPPER_PRELUDE, argument_names, size_bindings
+from ..wrapper import WRAPPER_PRELUDE, argument_names, guard_imports, size_bindings
 from .extern_calls import BINDINGS_PRELUDE, ExternCalls
 from .host_layouts import host_layouts
 from .module import CppModule
@@ -109,6 +109,7 @@ class HostWriter:
         out.append(f"\nCPP_SOURCE = {self.module.source!r}\n")
         out.append(f"KERNELS = {list(self.module.kernels)!r}\n")
         out.append("\ndef make_call(lib):")
+        out.extend("    " + line for line in guard_imports(self.schedule.graph))
         for seg in self.module.segments:
             sizes = f", {len(seg.sizes)}" if seg.sizes else ""
             out.append(f"    {seg.name} = pointer_function(lib.{seg.name}, {len(seg.buffers)}{sizes})")

@@ -111,8 +111,10 @@ class CppKernelWriter:
         self.row: Scope | None = None
         self.row_cache: dict[int, str] = {}     # id(value) -> its scratch array (see row_cache.py)
         self.row_cache_written: set = set()
-        # from the hint: either choice is right for every size
-        self.parallel = sizes.size_hint(self.xnumel * self.rnumel) >= PARALLEL_MIN_ELEMENTS
+        self.parallel = self.symbolic or self.xnumel * self.rnumel >= PARALLEL_MIN_ELEMENTS
+        # symbolic sizes: the team wakes at run time only for enough work (OpenMP's if clause)
+        work = c_size(self.xnumel * self.rnumel) if self.symbolic else ""
+        self.parallel_if = f" if({work} >= {PARALLEL_MIN_ELEMENTS})" if self.symbolic else ""
         # "[xi]" when accumulators are per-column arrays (column_reduction.py), else ""
         self.lane = ""
         self.narrow: NarrowLoads | None = None   # bool loads staged per row (narrow_loads.py)
@@ -348,11 +350,11 @@ class CppKernelWriter:
             return pragmas
         if self.parallel:
             if innermost_simd and n == 1:
-                pragmas[0] = "#pragma omp parallel for simd schedule(static)"
+                pragmas[0] = f"#pragma omp parallel for simd schedule(static){self.parallel_if}"
                 return pragmas
             outer = n - 1 if innermost_simd else n
             collapse = f" collapse({outer})" if outer > 1 else ""
-            pragmas[0] = f"#pragma omp parallel for{collapse} schedule(static)"
+            pragmas[0] = f"#pragma omp parallel for{collapse} schedule(static){self.parallel_if}"
         if innermost_simd:
             pragmas[n - 1] = pragmas.get(n - 1, "") or "#pragma omp simd"
         return pragmas
@@ -471,7 +473,8 @@ class CppKernelWriter:
             return {}
         clauses = " ".join(f"reduction({op}:{name})" for name, op in accs)
         whole_row_parallel = self.parallel and not self.x_sizes and len(self.r_sizes) == 1
-        head = "#pragma omp parallel for simd schedule(static)" if whole_row_parallel else "#pragma omp simd"
+        head = (f"#pragma omp parallel for simd schedule(static){self.parallel_if}" if whole_row_parallel
+                else "#pragma omp simd")
         return {len(self.r_sizes) - 1: f"{head} {clauses}".rstrip()}
 
     def plan_row_cache(self, row: Scope, row_stores: list) -> None:
@@ -546,7 +549,7 @@ class CppKernelWriter:
             if m.stored and m.role in ("reduction", "x"):
                 self.store(row, m)
         self.parallel = self.parallel and (len(self.x_sizes) > 0 or len(self.r_sizes) == 1)
-        pragmas = self.x_pragmas(innermost_simd=False) if self.sizes.size_hint(self.xnumel) > 1 else {}
+        pragmas = self.x_pragmas(innermost_simd=False) if self.symbolic or self.xnumel > 1 else {}
         if columns is not None:
             columns.wrap(top, row, pragmas)
         else:

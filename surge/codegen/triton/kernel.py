@@ -83,16 +83,16 @@ class TritonKernelWriter:
         self.rnumel = sizes.simplify(plan.rnumel) if plan.is_reduction else sympy.Integer(1)
         self.symbolic = bool(self.xnumel.free_symbols or self.rnumel.free_symbols or plan_size_symbols(plan))
         self.reduction = plan.is_reduction
-        # From the hint: a persistent kernel's RBLOCK is chosen at launch from the row's
-        # length (launcher.py), so either choice is right for every size.
-        rows = sizes.size_hint(self.rnumel)
-        self.persistent = self.reduction and next_power_of_2(rows) <= persistent_limit
+        # A symbolic row length decides at its hint and guards the decision: a persistent
+        # kernel's RBLOCK is chosen at launch from the row's real length (launcher.py), and
+        # the guard keeps that tile within the limit (a longer row compiles the looped form).
         self.column = self.reduction and reads_along_x(plan)
-        if self.column and next_power_of_2(rows) > COLUMN_PERSISTENT_LIMIT:
-            self.persistent = False
+        limit = min(COLUMN_PERSISTENT_LIMIT, persistent_limit) if self.column else persistent_limit
+        tile_limit = 1 << max(0, limit.bit_length() - 1)   # the largest power of 2 within it
+        self.persistent = self.reduction and sizes.guard_leq(self.rnumel, tile_limit)
         # a tile of exactly one row needs no r mask: only a row of one known power-of-2 length
         static_rows = sizes.static(self.rnumel)
-        self.whole_rows = self.persistent and static_rows == next_power_of_2(rows)
+        self.whole_rows = self.persistent and static_rows == next_power_of_2(sizes.size_hint(self.rnumel))
         self.index_bits = 64 if self._needs_int64() else 32
         self.params: list = []
         self.pointer_of: dict[str, str] = {}
