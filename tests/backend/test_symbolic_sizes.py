@@ -99,6 +99,12 @@ def _matmul_epilogue2(x, w, b):
     return torch.tanh(x @ w + b).sum(-1)
 
 
+def _data_movement(x, y):
+    """cat, slices from the start and the end, flip, select, expand and zeros of symbolic sizes."""
+    return (torch.cat([x, y * 2], 0).sum(0), x[2:].cos() + x[-1], torch.flip(x, [0]) + x[:, :1].expand_as(x),
+            x.new_zeros(x.shape[0], 3) + x[:, 0:1])
+
+
 def _chain2(x, y):
     return sp.pointwise_chain(x, y)
 
@@ -119,6 +125,7 @@ TWO = {   # two symbolic sizes: n and m
     "matmul_epilogue": (_matmul_epilogue2, lambda n, m: (torch.randn(n, 8), torch.randn(8, m), torch.randn(m)),
                         {0: [0], 1: [1], 2: [0]}),
     "softmax": (sp.softmax, lambda n, m: (torch.randn(n, m),), {0: [0, 1]}),
+    "data_movement": (_data_movement, lambda n, m: (torch.randn(n, m), torch.randn(n, m)), {0: [0, 1], 1: [0, 1]}),
 }
 
 TRACED = (6, 5)
