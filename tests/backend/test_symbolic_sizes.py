@@ -192,8 +192,8 @@ def test_kernels_take_sizes_as_arguments():
     launcher = next(iter(compiled.launchers.values()))
     run_at_sizes(fn, compiled, make_inputs, SIZES)
     assert set(launcher.state) == {(n, m) for n, m in SIZES}   # one grid and config per size
-    # persistent at the hint: the guard keeps each call's tile within the persistent limit
-    assert "if not ((8192 - s1) >= 0):" in compiled.source
+    # persistent at the hint: each call's row must fit one Triton block
+    assert "if not ((1048576 - s1) >= 0):" in compiled.source
 
     static_inputs = make_inputs(*TRACED)
     static = compile_aten_graph(make_fx(fn)(*static_inputs), list(static_inputs), _options())

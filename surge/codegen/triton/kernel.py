@@ -32,6 +32,8 @@ from .functions import functions_called
 from .ops import COSTLY_OPS, OP_RULES, POINTER_TYPES, cast_expr, compute_dtype, literal, triton_dtype
 
 INT32_LIMIT = 2**31 - 1
+# The most elements one Triton block holds (TRITON_MAX_TENSOR_NUMEL).
+TRITON_MAX_BLOCK = 2**20
 # Column reductions with up to this many elements per column keep the whole column in
 # one tile (the second stage of a split column reduction); longer ones loop over r.
 COLUMN_PERSISTENT_LIMIT = 64
@@ -83,13 +85,14 @@ class TritonKernelWriter:
         self.rnumel = sizes.simplify(plan.rnumel) if plan.is_reduction else sympy.Integer(1)
         self.symbolic = bool(self.xnumel.free_symbols or self.rnumel.free_symbols or plan_size_symbols(plan))
         self.reduction = plan.is_reduction
-        # A symbolic row length decides at its hint and guards the decision: a persistent
-        # kernel's RBLOCK is chosen at launch from the row's real length (launcher.py), and
-        # the guard keeps that tile within the limit (a longer row compiles the looped form).
         self.column = self.reduction and reads_along_x(plan)
         limit = min(COLUMN_PERSISTENT_LIMIT, persistent_limit) if self.column else persistent_limit
         tile_limit = 1 << max(0, limit.bit_length() - 1)   # the largest power of 2 within it
-        self.persistent = self.reduction and sizes.guard_leq(self.rnumel, tile_limit)
+        # A symbolic row length decides at its hint: a persistent kernel's RBLOCK is chosen
+        # at launch from the row's real length (launcher.py), right for any row that fits
+        # one Triton block (guarded); a longer row than the hint's only runs slower.
+        self.persistent = self.reduction and sizes.size_hint(self.rnumel) <= tile_limit and (
+            sizes.is_static(self.rnumel) or sizes.guard_leq(self.rnumel, TRITON_MAX_BLOCK))
         # a tile of exactly one row needs no r mask: only a row of one known power-of-2 length
         static_rows = sizes.static(self.rnumel)
         self.whole_rows = self.persistent and static_rows == next_power_of_2(sizes.size_hint(self.rnumel))
