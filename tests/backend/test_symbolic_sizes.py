@@ -105,6 +105,14 @@ def _data_movement(x, y):
             x.new_zeros(x.shape[0], 3) + x[:, 0:1])
 
 
+def _attention_block(x, w, b):
+    """LayerNorm, attention scores over the symbolic rows (a softmax over a symbolic
+    length), GELU with a residual, a row sum and a column variance."""
+    h = F.layer_norm(x, (x.shape[-1],), w, b)
+    a = torch.softmax(h @ h.transpose(-1, -2) / 8, -1) @ h
+    return F.gelu(a + x).sum(-1), h.var(0)
+
+
 def _chain2(x, y):
     return sp.pointwise_chain(x, y)
 
@@ -116,6 +124,8 @@ ONE = {   # one symbolic size: n (the rows)
     "matmul_epilogue": (_matmul_epilogue, lambda n, m: (torch.randn(n, 16), torch.randn(16, 8), torch.randn(8)),
                         {0: [0]}),
     "softmax": (sp.softmax, lambda n, m: (torch.randn(n, 16),), {0: [0]}),
+    "attention_block": (_attention_block, lambda n, m: (torch.randn(n, 16), torch.randn(16), torch.randn(16)),
+                        {0: [0]}),
 }
 
 TWO = {   # two symbolic sizes: n and m
