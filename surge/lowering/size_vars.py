@@ -187,8 +187,13 @@ class SizeVars:
             return False
         shifted = {s: s + self.lower.get(s, DEFAULT_LOWER_BOUND) for s in diff.free_symbols}
         poly = sympy.expand(diff.xreplace(shifted))
-        return all(c.is_Integer and int(c) >= 0 for c in sympy.Poly(poly, *sorted(
-            poly.free_symbols, key=lambda s: s.name)).coeffs()) if poly.free_symbols else int(poly) >= 0
+        if not poly.free_symbols:
+            return int(poly) >= 0
+        try:
+            coeffs = sympy.Poly(poly, *sorted(poly.free_symbols, key=lambda s: s.name)).coeffs()
+        except sympy.PolynomialError:   # not a polynomial (Max, Min): nothing known
+            return False
+        return all(c.is_Integer and c >= 0 for c in coeffs)
 
     def known_lt(self, a, b) -> bool:
         return self.known_leq(self.expr(a) + 1, b)
