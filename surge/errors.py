@@ -31,3 +31,8 @@ class InvalidBackend(SurgeError, TypeError):
 
 class InternalError(SurgeError):
     """A bug in surge, with the user's location attached for the report."""
+
+
+class SizeGuardFailed(SurgeError):
+    """A call's sizes break a guard that a graph compiled for symbolic sizes relies on
+    (``surge.lowering.size_vars``): the graph must be compiled again for them."""

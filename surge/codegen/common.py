@@ -23,7 +23,9 @@ import dataclasses
 import sympy
 
 from ..lowering.ir import ComputedBuffer
-from ..lowering.sizes import FloorDiv, Mod, index_symbol, linear_coefficient, product, simplify_with_ranges
+from ..lowering.sizes import (
+    FloorDiv, Mod, index_symbol, is_index_symbol, linear_coefficient, product, simplify_with_ranges,
+)
 from ..lowering.values import IndexValue, Load, substitute_index, walk
 from ..schedule.groups import KernelGroup, kernel_bounds
 
@@ -172,23 +174,47 @@ def _assign_stages(plan: KernelPlan) -> None:
         ready[m.buffer.name] = first
 
 
-def layout_span(layout) -> int:
+def plan_size_symbols(plan: KernelPlan) -> list:
+    """The size symbols a kernel's code may read (its sizes, indices and index values),
+    sorted by name: the kernel's size arguments."""
+    found = set()
+    for n in (*plan.x_sizes, *plan.r_sizes):
+        found |= n.free_symbols
+    for m in plan.members:
+        found |= m.store_index.free_symbols
+        for v in walk(m.value):
+            if isinstance(v, Load):
+                found |= v.index.free_symbols
+            elif isinstance(v, IndexValue):
+                found |= v.expr.free_symbols
+    return sorted((s for s in found if not is_index_symbol(s)), key=lambda s: s.name)
+
+
+def layout_span(layout) -> sympy.Expr:
     """Elements from a layout's first element to its last reachable one, inclusive (its
-    offset not counted)."""
-    return sum((int(s) - 1) * abs(int(st)) for s, st in zip(layout.shape, layout.stride)) + 1
+    offset not counted); an expression of the size symbols for symbolic layouts (whose
+    strides are never negative: only a flip of static sizes makes one)."""
+    return sympy.expand(sum(((s - 1) * (abs(st) if st.is_Integer else st)
+                             for s, st in zip(layout.shape, layout.stride)), sympy.Integer(0)) + 1)
+
+
+def _operand(expr: sympy.Expr, names: dict) -> str:
+    """A divisor in parentheses unless it is one number or symbol (``x // (2*s0)``)."""
+    text = format_index(expr, names)
+    return text if expr.is_Atom or text.startswith("(") else f"({text})"
 
 
 def format_index(expr: sympy.Expr, names: dict | None = None) -> str:
     """``expr`` in the integer syntax shared by Triton and C (non-negative operands)."""
     names = names or {}
     if expr.is_Integer:
-        return str(int(expr))
+        return str(expr)
     if expr.is_Symbol:
         return names.get(expr, expr.name)
     if isinstance(expr, FloorDiv):
-        return f"({format_index(expr.args[0], names)} // {format_index(expr.args[1], names)})"
+        return f"({format_index(expr.args[0], names)} // {_operand(expr.args[1], names)})"
     if isinstance(expr, Mod):
-        return f"({format_index(expr.args[0], names)} % {format_index(expr.args[1], names)})"
+        return f"({format_index(expr.args[0], names)} % {_operand(expr.args[1], names)})"
     if expr.is_Add:
         terms = [format_index(a, names) for a in sorted(expr.args, key=sympy.default_sort_key)]
         out = terms[0]

@@ -9,11 +9,13 @@ process.
 """
 from __future__ import annotations
 
+import sympy
 import torch
 
 from ..lowering.ir import ExternBuffer, InputBuffer, LoopGraph, TensorArg
 from ..schedule.groups import KernelGroup
 from ..schedule.scheduler import Schedule
+from .common import format_index
 
 
 class NotRepresentable(Exception):
@@ -37,18 +39,70 @@ def python_literal(value) -> str:
         return "(" + "".join(python_literal(v) + ", " for v in value) + ")"
     if isinstance(value, torch._ops.OpOverload):
         return f"torch.ops.{value.namespace}.{value._schema.name.split('::')[-1]}.{value._overloadname}"
+    if isinstance(value, sympy.Expr) and value.is_integer:   # a size: the host code names its symbols
+        return format_index(value)
     raise NotRepresentable(f"{type(value).__name__} {value!r}")
 
 
 def _shape_literal(values) -> str:
-    return "(" + "".join(f"{int(v)}, " for v in values) + ")"
+    """A shape or strides as a tuple literal; symbolic sizes as expressions of the size
+    symbols, which the host code binds at the start of each call (``size_bindings``)."""
+    return "(" + "".join(f"{format_index(v)}, " for v in values) + ")"
+
+
+def argument_names(graph: LoopGraph) -> list:
+    """The names the host code gives the call's arguments, in call order (tensors and sizes)."""
+    named = [(b.position, b.name) for b in graph.inputs] + [(s.position, s.name) for s in graph.size_inputs]
+    return [name for _, name in sorted(named)]
+
+
+def size_bindings(graph: LoopGraph) -> list:
+    """Lines that bind each size symbol from the call's arguments (a size argument that is
+    the symbol, else a tensor input's size or stride), then check the guards the compiled
+    code relies on. None for static graphs."""
+    lines = []
+    for symbol in graph.sizes.symbols:
+        lines.append(f"{symbol.name} = {_size_source(graph, symbol)}")
+    for guard in graph.sizes.guards:
+        lines.append(f"if not ({guard_condition(guard)}):")
+        lines.append(f"    raise SizeGuardFailed({('compiled for sizes with ' + str(guard))!r})")
+    return lines
+
+
+def guard_imports(graph: LoopGraph) -> list:
+    """What the guard checks of ``size_bindings`` need, imported once in ``make_call``."""
+    return ["from surge.errors import SizeGuardFailed"] if graph.sizes.guards else []
+
+
+def _size_source(graph: LoopGraph, symbol) -> str:
+    for s in graph.size_inputs:
+        if s.expr == symbol:
+            return s.name
+    for b in graph.inputs:
+        for d, n in enumerate(b.layout.shape):
+            if n == symbol:
+                return f"{b.name}.shape[{d}]"
+    for b in graph.inputs:
+        for d, n in enumerate(b.layout.stride):
+            if n == symbol:
+                return f"{b.name}.stride({d})"
+    raise NotImplementedError(f"the size symbol {symbol} is no size of an input (only an expression of one)")
+
+
+def guard_condition(guard) -> str:
+    """A ``size_vars.Guard`` as a Python condition over the size symbols."""
+    if guard.kind in ("divisible", "indivisible"):
+        op = "==" if guard.kind == "divisible" else "!="
+        return f"{format_index(guard.expr)} % {format_index(guard.divisor)} {op} 0"
+    op = dict(eq="==", ne="!=", ge=">=", lt="<")[guard.kind]
+    return f"{format_index(guard.expr)} {op} 0"
 
 
 class WrapperWriter:
     def __init__(self, schedule: Schedule, launch_args: dict):
         self.schedule = schedule
         self.graph: LoopGraph = schedule.graph
-        self.launch_args = launch_args      # kernel name -> buffer names in param order
+        self.launch_args = launch_args      # kernel name -> (buffer names, size arguments) in param order
         self.by_name = self.graph.by_name
         self.lines: list[str] = []
         # ops returning several tensors: their result is a tuple, its elements are checked
@@ -59,7 +113,7 @@ class WrapperWriter:
         if a.layout is None:
             return a.buffer
         lay = a.layout
-        offset = str(int(lay.offset))
+        offset = format_index(lay.offset)
         if isinstance(self.by_name[a.buffer], InputBuffer):
             # a graph input may itself start inside its storage (a view); layouts
             # count from its first element, as the kernels do from its data_ptr
@@ -77,7 +131,7 @@ class WrapperWriter:
 
     def write(self) -> str:
         g = self.graph
-        out = ["def make_call(launchers):"]
+        out = ["def make_call(launchers):"] + ["    " + line for line in guard_imports(g)]
         kernels = [s for s in self.schedule.steps if isinstance(s, KernelGroup)]
         for k in kernels:
             out.append(f"    {k.name} = launchers[{('triton_' + k.name)!r}]")
@@ -85,10 +139,10 @@ class WrapperWriter:
         out.append("")
         out.append("    def call(args):")
         body = []
-        if g.inputs:
-            names = ", ".join(b.name for b in g.inputs)
-            body.append(f"{names}, = args")
+        if g.inputs or g.size_inputs:
+            body.append(f"{', '.join(argument_names(g))}, = args")
         body.append("args.clear()   # each input lives until its last use (below), not the whole call")
+        body.extend(size_bindings(g))
         reused = {src for sm in self.schedule.memory.steps for _, src in sm.allocate if src}
         for step, sm in zip(self.schedule.steps, self.schedule.memory.steps):
             in_place = sm.in_place()   # donors the kernel still reads: freed after it
@@ -102,7 +156,8 @@ class WrapperWriter:
                     body.append(f"{name} = empty_strided({_shape_literal(buf.layout.shape)}, "
                                 f"{_shape_literal(buf.layout.stride)}, device=_device, dtype={buf.dtype})")
             if isinstance(step, KernelGroup):
-                args = ", ".join(self.kernel_arg(n) for n in self.launch_args["triton_" + step.name])
+                buffers, sizes = self.launch_args["triton_" + step.name]
+                args = ", ".join([self.kernel_arg(n) for n in buffers] + list(sizes))
                 body.append(f"{step.name}({args})")
             else:
                 body.append(self.extern_line(step.buffer))
@@ -132,7 +187,7 @@ class WrapperWriter:
         index expressions); a tensor argument passes its data_ptr, which points
         past its storage offset, so an extern view is passed from its storage start."""
         buf = self.by_name[name]
-        if isinstance(buf, ExternBuffer) and int(buf.layout.offset):
+        if isinstance(buf, ExternBuffer) and buf.layout.offset != 0:
             return f"as_strided({name}, (1, ), (1, ), 0)"
         return name
 
@@ -143,7 +198,7 @@ class WrapperWriter:
         if buf.name in self.tuple_results:
             return []
         lay = buf.layout
-        shape, stride, offset = _shape_literal(lay.shape), _shape_literal(lay.stride), int(lay.offset)
+        shape, stride, offset = _shape_literal(lay.shape), _shape_literal(lay.stride), format_index(lay.offset)
         return [f"if {buf.name}.stride() != {stride} or {buf.name}.storage_offset() != {offset}:",
                 f"    {buf.name} = relayout({buf.name}, {shape}, {stride}, {offset})"]
 

@@ -15,15 +15,16 @@ from __future__ import annotations
 import torch
 
 from ..aot.device_layouts import device_result
-from .ir import TensorArg
+from .ir import Layout, TensorArg
 
 
-def _meta_tensor(arg: TensorArg, by_name: dict) -> torch.Tensor:
+def _meta_tensor(arg: TensorArg, by_name: dict, sizes) -> torch.Tensor:
+    """A meta tensor of a static layout (callers check ``_static``)."""
     buf = by_name[arg.buffer]
     layout = arg.layout or buf.layout
-    shape = tuple(int(s) for s in layout.shape)
-    stride = tuple(int(s) for s in layout.stride)
-    offset = int(layout.offset)
+    shape = tuple(sizes.static(s) for s in layout.shape)
+    stride = tuple(sizes.static(s) for s in layout.stride)
+    offset = sizes.static(layout.offset)
     extent = offset + 1 + sum((sz - 1) * st for sz, st in zip(shape, stride) if sz > 0)
     if any(sz == 0 for sz in shape):
         extent = offset
@@ -31,18 +32,23 @@ def _meta_tensor(arg: TensorArg, by_name: dict) -> torch.Tensor:
     return base.as_strided(shape, stride, offset)
 
 
-def _to_meta(value, by_name: dict):
+def _to_meta(value, by_name: dict, sizes):
     if isinstance(value, TensorArg):
-        return _meta_tensor(value, by_name)
+        return _meta_tensor(value, by_name, sizes)
     if isinstance(value, torch.device):
         return torch.device("meta")
     if isinstance(value, (list, tuple)):
-        return type(value)(_to_meta(v, by_name) for v in value)
+        return type(value)(_to_meta(v, by_name, sizes) for v in value)
     return value
 
 
-def _layout_key(t: torch.Tensor) -> tuple:
-    return tuple(t.shape), tuple(t.stride()), t.storage_offset()
+def _layout_key(layout: Layout, sizes) -> tuple:
+    return (tuple(sizes.simplify(v) for v in layout.shape), tuple(sizes.simplify(v) for v in layout.stride),
+            sizes.simplify(layout.offset))
+
+
+def _traced_layout(t: torch.Tensor, sizes) -> Layout:
+    return Layout(sizes.shape(t.shape), sizes.shape(t.stride()), sizes.expr(t.storage_offset()))
 
 
 def _traced_args(node) -> list:
@@ -61,11 +67,12 @@ def _traced_args(node) -> list:
 
 
 def _realized_args(args, kwargs, by_name) -> list:
+    """The layouts of the tensor arguments as lowering realized them."""
     out = []
 
     def visit(a):
         if isinstance(a, TensorArg):
-            out.append(_meta_tensor(a, by_name))
+            out.append(a.layout or by_name[a.buffer].layout)
         elif isinstance(a, (list, tuple)):
             for x in a:
                 visit(x)
@@ -91,26 +98,32 @@ def _merge(new, traced):
     return new if isinstance(traced, torch.Tensor) else traced
 
 
-def extern_result_meta(target, args, kwargs, by_name: dict, node, traced):
+def _static(layouts, sizes) -> bool:
+    return all(sizes.is_static(v) for lay in layouts for v in (*lay.shape, *lay.stride, lay.offset))
+
+
+def extern_result_meta(target, args, kwargs, by_name: dict, node, traced, sizes):
     """The result of ``target(*args, **kwargs)`` as meta tensors with its real layouts.
 
     When every tensor argument is laid out as traced, the traced result is the
     answer. Otherwise the op runs on meta tensors of the realized layouts; an op
     that cannot run on meta (or disagrees with tracing on anything but strides)
-    keeps the traced result, which the wrapper's run-time check then guards.
+    keeps the traced result, which the wrapper's run-time check then guards; so does an
+    op on symbolic layouts (a meta run needs numbers).
     """
     if node is None or traced is None:
         return traced
     realized = _realized_args(args, kwargs, by_name)
     before = _traced_args(node)
     if len(realized) == len(before) and all(
-            b is not None and _layout_key(r) == _layout_key(b) for r, b in zip(realized, before)):
+            b is not None and _layout_key(r, sizes) == _layout_key(_traced_layout(b, sizes), sizes)
+            for r, b in zip(realized, before)):
         return traced
-    if not isinstance(target, torch._ops.OpOverload):
+    if not isinstance(target, torch._ops.OpOverload) or not _static(realized, sizes):
         return traced
     try:
         with torch.no_grad():
-            meta_args, meta_kwargs = _to_meta(args, by_name), _to_meta(kwargs, by_name)
+            meta_args, meta_kwargs = _to_meta(args, by_name, sizes), _to_meta(kwargs, by_name, sizes)
             new = device_result(target, meta_args, meta_kwargs, target(*meta_args, **meta_kwargs),
                                 node.meta.get("device"))
     except Exception:   # no meta kernel, or one that needs data: the traced layout stands

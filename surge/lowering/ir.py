@@ -24,6 +24,7 @@ from typing import Any
 import sympy
 import torch
 
+from .size_vars import SizeVars
 from .sizes import contiguous_strides, index_symbol, product
 from .values import Value, format_value, short_dtype
 
@@ -161,6 +162,18 @@ class GraphOutput:
 
 
 @dataclasses.dataclass(eq=False)
+class SizeInput:
+    """A graph input that is a size (a SymInt placeholder): ``expr`` over the size symbols,
+    at ``position`` among the call's arguments."""
+    name: str
+    expr: sympy.Expr
+    position: int
+
+    def __str__(self) -> str:
+        return f"{self.name}: size {self.expr} = input {self.position}"
+
+
+@dataclasses.dataclass(eq=False)
 class LoopGraph:
     inputs: list            # InputBuffer, in call order
     buffers: list           # ComputedBuffer / ExternBuffer, in a valid execution order
@@ -168,6 +181,9 @@ class LoopGraph:
     device: torch.device
     # the graph returns one value rather than a tuple of them
     single_output: bool = False
+    # the size symbols, their hints and the guards lowering recorded
+    sizes: SizeVars = dataclasses.field(default_factory=SizeVars)
+    size_inputs: list = dataclasses.field(default_factory=list)   # SizeInput, in call order
 
     def buffer(self, name: str) -> Buffer:
         return self.by_name[name]
@@ -177,6 +193,8 @@ class LoopGraph:
         return {b.name: b for b in self.inputs + self.buffers}
 
     def __str__(self) -> str:
-        parts = [str(b) for b in self.inputs + self.buffers]
+        parts = [str(b) for b in self.size_inputs + self.inputs + self.buffers]
+        if self.sizes.symbols:
+            parts.insert(0, self.sizes.describe())
         parts.append("return " + ", ".join(map(str, self.outputs)))
         return "\n".join(parts)

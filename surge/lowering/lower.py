@@ -20,14 +20,15 @@ from ..observe.phases import phase_timer
 from ..passes.pipeline import PassContext, run_pipeline
 from . import matmul_padding, ops_index, ops_pointwise, ops_reduction, ops_view  # noqa: F401  (register rules)
 from .ir import (
-    ComputedBuffer, ExternBuffer, GraphOutput, InputBuffer, Layout, LoopGraph, TensorArg,
+    ComputedBuffer, ExternBuffer, GraphOutput, InputBuffer, Layout, LoopGraph, SizeInput, TensorArg,
 )
 from .pipeline import LOOP_IR
 from .reductions import reduction_kind
 from .registry import NotLowered, lowering_for
-from .sizes import index_symbol, sym
+from .size_vars import SizeVars
+from .sizes import FloorDiv, Mod, index_symbol
 from .split_reduction import SPLIT_REDUCTION_MIN_ELEMENTS, split_reduction
-from .tensor import LazyTensor, sym_shape
+from .tensor import LazyTensor
 from .extern_meta import extern_result_meta
 from .matmul_operands import MATMUL_OPS, VIEW_OPS, feeds_matmul, matmul_operand_view, realize_matmul_operand
 from .values import cast, loaded_buffers, op_count
@@ -78,6 +79,9 @@ class Lowering:
         self.env: dict[torch.fx.Node, object] = {}
         self.node: torch.fx.Node | None = None
         self.single_output = False
+        self.sizes = SizeVars()     # the graph's size symbols (SymInt inputs, symbolic shapes)
+        self.size_inputs: list[SizeInput] = []
+        self._placeholders = 0      # placeholders lowered so far (tensors and sizes)
         self._count = 0
         self._realized: dict = {}   # id(lazy value) -> (the value, its buffer's LazyTensor)
 
@@ -123,6 +127,29 @@ class Lowering:
         if self.node is None or self.node.op != "call_function":
             return ()
         return (getattr(self.node.target, "__name__", str(self.node.target)).split(".")[0],)
+
+    # -- sizes and layouts of traced values ---------------------------------------------
+    def layout_of(self, val: torch.Tensor) -> Layout:
+        sizes = self.sizes
+        return Layout(sizes.shape(val.shape), sizes.shape(val.stride()), sizes.expr(val.storage_offset()))
+
+    def is_dense(self, val: torch.Tensor) -> bool:
+        """Non-overlapping and dense: some permutation of a contiguous layout."""
+        return _dense(self.sizes, self.layout_of(val))
+
+    def eager_layout(self, t: LazyTensor, traced) -> Layout | None:
+        """The layout eager gave a library call's operand, when it is dense: eager's
+        pointwise results follow their inputs' strides (a rotary embedding of a
+        transposed query stays [batch, seq, heads, dim] in memory), and a library kernel
+        may read one layout faster than another (an attention kernel reads such a query
+        as rows). None (contiguous) when tracing gave nothing usable."""
+        if not isinstance(traced, torch.Tensor) or traced.dtype != t.dtype:
+            return None
+        layout = self.layout_of(traced)
+        if not _dense(self.sizes, layout) or len(layout.shape) != len(t.shape) or not all(
+                self.sizes.known_equal(a, b) for a, b in zip(layout.shape, t.shape)):
+            return None
+        return layout
 
     # -- making buffers --------------------------------------------------------
     def realize(self, t: LazyTensor, layout: Layout | None = None) -> LazyTensor:
@@ -210,7 +237,7 @@ class Lowering:
                     if target in MATMUL_OPS:
                         found = realize_matmul_operand(self, a).view
                     else:
-                        found = self.realize(a, None if a.view is not None else _eager_layout(a, traced)).view
+                        found = self.realize(a, None if a.view is not None else self.eager_layout(a, traced)).view
                 name, layout = found
                 own = self.by_name[name].layout
                 same = layout.stride == own.stride and layout.shape == own.shape and layout.offset == own.offset
@@ -224,12 +251,12 @@ class Lowering:
         kwargs = {k: to_arg(v, traced_kwargs.get(k)) for k, v in kwargs.items()}
         loc = self.location()
         val = result_meta if result_meta is not None else extern_result_meta(
-            target, args, kwargs, self.by_name, self.node, self.out_meta)
+            target, args, kwargs, self.by_name, self.node, self.out_meta, self.sizes)
         # an extern result lives where the op puts it (``torch.rand([])`` on the CPU in a CUDA
         # graph): kernels of the graph's device must not read it as one of theirs
         if isinstance(val, torch.Tensor):
             device = self.result_device(val)
-            buf = ExternBuffer(self.new_name(), _layout_of(val), val.dtype, device,
+            buf = ExternBuffer(self.new_name(), self.layout_of(val), val.dtype, device,
                                op=target, args=args, kwargs=kwargs, location=loc)
             self.buffers.append(buf)
             return LazyTensor.of_buffer(buf.name, buf.layout, val.dtype, device)
@@ -245,7 +272,7 @@ class Lowering:
                         outs.append(None)   # never read: no buffer (it may even be undefined at run time)
                         continue
                     device = self.result_device(v)
-                    child = ExternBuffer(self.new_name(), _layout_of(v), v.dtype, device,
+                    child = ExternBuffer(self.new_name(), self.layout_of(v), v.dtype, device,
                                          parent=parent.name, output_index=k, location=loc)
                     self.buffers.append(child)
                     outs.append(LazyTensor.of_buffer(child.name, child.layout, v.dtype, device))
@@ -283,7 +310,8 @@ class Lowering:
         for node in self.gm.graph.nodes:
             self.node = node
             if node.op == "placeholder":
-                self.env[node] = self.lower_input(node, self.example_inputs[len(self.inputs)])
+                self.env[node] = self.lower_input(node, self.example_inputs[self._placeholders])
+                self._placeholders += 1
             elif node.op == "get_attr":
                 self.env[node] = self.lower_constant(node)
             elif _is_copy_back(node):
@@ -295,7 +323,8 @@ class Lowering:
             else:
                 raise LoweringError(f"unsupported FX node kind {node.op!r} ({node.format_node()})")
         self.lower_copy_backs(copy_backs)
-        graph = LoopGraph(self.inputs, self.buffers, outputs, self.device)
+        graph = LoopGraph(self.inputs, self.buffers, outputs, self.device, sizes=self.sizes,
+                          size_inputs=self.size_inputs)
         graph.single_output = self.single_output
         return graph
 
@@ -320,11 +349,15 @@ class Lowering:
 
     def lower_input(self, node, example):
         if not isinstance(example, torch.Tensor):
-            raise LoweringError(f"non-tensor graph input {node.name}={example!r} (symbolic sizes "
-                                "are not supported yet)")
-        layout = Layout(sym_shape(example.shape), sym_shape(example.stride()))
+            if _is_symbolic_int(example):   # a SymInt placeholder: its value is a size of the call
+                expr = self.sizes.expr(example)
+                self.size_inputs.append(SizeInput(f"size{len(self.size_inputs)}", expr, self._placeholders))
+                return expr
+            raise LoweringError(f"non-tensor graph input {node.name}={example!r} (only tensors and "
+                                "symbolic sizes are graph inputs)")
+        layout = Layout(self.sizes.shape(example.shape), self.sizes.shape(example.stride()))
         buf = InputBuffer(f"arg{len(self.inputs)}", layout, example.dtype, example.device,
-                          position=len(self.inputs))
+                          position=self._placeholders)
         self.inputs.append(buf)
         return LazyTensor.of_buffer(buf.name, layout, example.dtype, example.device)
 
@@ -334,12 +367,16 @@ class Lowering:
             return value
         self.example_inputs.append(value)
         self.constants[f"arg{len(self.inputs)}"] = value
-        return self.lower_input(node, value)
+        out = self.lower_input(node, value)
+        self.inputs[-1].position = len(self.example_inputs) - 1   # constants follow the call's arguments
+        return out
 
     def lower_call(self, node):
         args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: self.env[n])
         if node.target is operator.getitem:
             return args[0][args[1]]
+        if node.target in SIZE_FUNCTIONS:   # arithmetic on sizes: an expression, no code
+            return SIZE_FUNCTIONS[node.target](*args)
         rule = lowering_for(node.target)
         result = None
         if rule is not None and _all_tensors_on(self.device, args, kwargs):
@@ -362,10 +399,10 @@ class Lowering:
         if feeds_matmul(node) and node.target not in VIEW_OPS:
             val = meta_value(node)
             if any(user.op == "output" for user in node.users) and isinstance(val, torch.Tensor) \
-                    and _is_dense(val):
+                    and self.is_dense(val):
                 # also a graph output: stored in the layout its meta promises, which
                 # callers rely on (a backward reads a saved tensor with it)
-                return self.realize(t, _layout_of(val))
+                return self.realize(t, self.layout_of(val))
             # realized for the matmul anyway: once, so that the other users read it and a
             # transposed operand is a view BLAS reads as is, not a transposing kernel; a value
             # that reads down columns (K of q @ k^T) is stored as the transposed matrices it reads
@@ -374,7 +411,7 @@ class Lowering:
             return t
         probe = t.load([index_symbol("i", k) for k in range(t.ndim)])
         if op_count(probe) > RECOMPUTE_OP_LIMIT or len(loaded_buffers(probe)) > RECOMPUTE_BUFFER_LIMIT:
-            return self.realize(t, _eager_layout(t, meta_value(node)))
+            return self.realize(t, self.eager_layout(t, meta_value(node)))
         return t
 
     def lower_outputs(self, node):
@@ -394,7 +431,7 @@ class Lowering:
                 results.append(GraphOutput(value))
                 continue
             val = meta_value(item)
-            layout = _layout_of(val) if isinstance(val, torch.Tensor) and _is_dense(val) else None
+            layout = self.layout_of(val) if isinstance(val, torch.Tensor) and self.is_dense(val) else None
             if value.view is None:
                 value = self.realize(value, layout)
             elif traced_from is not None and index >= traced_from and layout is not None \
@@ -460,36 +497,60 @@ def _record_origins(result, args, kwargs, op: tuple) -> None:
             r.origins = merged
 
 
-def _layout_of(val: torch.Tensor) -> Layout:
-    return Layout(sym_shape(val.shape), sym_shape(val.stride()), sym(val.storage_offset()))
-
-
 def _layout_tuple(layout: Layout) -> tuple:
     return tuple(layout.shape), tuple(layout.stride), layout.offset
 
 
-def _eager_layout(t: LazyTensor, traced) -> Layout | None:
-    """The layout eager gave a library call's operand, when it is dense: eager's
-    pointwise results follow their inputs' strides (a rotary embedding of a
-    transposed query stays [batch, seq, heads, dim] in memory), and a library kernel
-    may read one layout faster than another (an attention kernel reads such a query
-    as rows). None (contiguous) when tracing gave nothing usable."""
-    if not isinstance(traced, torch.Tensor) or not _is_dense(traced) or traced.dtype != t.dtype \
-            or tuple(sym_shape(traced.shape)) != tuple(t.shape):
-        return None
-    return _layout_of(traced)
+def _is_symbolic_int(value) -> bool:
+    """A SymInt (or an integer node of another shape environment) rather than a number."""
+    return not isinstance(value, (int, bool)) and getattr(getattr(value, "node", None), "expr", None) is not None
 
 
-def _is_dense(val: torch.Tensor) -> bool:
-    """Non-overlapping and dense: some permutation of a contiguous layout."""
-    if val.storage_offset() != 0:
+def _sym_size(x, dim: int):
+    return x.shape[dim]
+
+
+def _sym_numel(x):
+    out = sympy.Integer(1)
+    for s in x.shape:
+        out = out * s
+    return out
+
+
+def _sym_stride(x, dim: int):
+    if x.view is None:
+        raise NotLowered("the stride of a value that has no layout yet")
+    return x.view[1].stride[dim]
+
+
+# Graph nodes that compute sizes (Dynamo's and make_fx's SymInt arithmetic): their
+# results are expressions over the size symbols, not values of the program.
+SIZE_FUNCTIONS = {
+    torch.ops.aten.sym_size.int: _sym_size,
+    torch.ops.aten.sym_numel.default: _sym_numel,
+    torch.ops.aten.sym_stride.int: _sym_stride,
+    operator.add: operator.add,
+    operator.sub: operator.sub,
+    operator.mul: operator.mul,
+    operator.neg: operator.neg,
+    operator.floordiv: FloorDiv,
+    operator.mod: Mod,
+}
+
+
+def _dense(sizes: SizeVars, layout: Layout) -> bool:
+    """Non-overlapping and dense, for every size in range: the innermost dim has stride 1,
+    the next the product of the sizes inside it, and so on."""
+    if layout.offset != 0:
         return False
-    pairs = sorted((st, sz) for st, sz in zip(val.stride(), val.shape) if sz != 1)
-    expected = 1
-    for st, sz in pairs:
-        if st != expected:
+    dims = [(st, sz) for st, sz in zip(layout.stride, layout.shape) if sz != 1]
+    expected = sympy.Integer(1)
+    while dims:
+        found = next((d for d in dims if sizes.known_equal(d[0], expected)), None)
+        if found is None:
             return False
-        expected *= sz
+        dims.remove(found)
+        expected = expected * found[1]
     return True
 
 

@@ -64,11 +64,11 @@ def strided_view(t: LazyTensor):
     strides = []
     for sym, size in zip(symbols, t.shape):
         coeff = linear_coefficient(index, sym)
-        if coeff is None or not coeff.is_Integer or int(coeff) < 0:
+        if coeff is None or not coeff.is_Integer or coeff < 0:
             return None
         strides.append(sympy.Integer(0) if size == 1 else coeff)
     offset = index.xreplace({s: 0 for s in symbols})
-    if not offset.is_Integer or int(offset) < 0:
+    if not offset.is_Integer or offset < 0:
         return None
     return probe.buffer, Layout(tuple(t.shape), tuple(strides), offset)
 

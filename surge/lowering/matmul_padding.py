@@ -21,6 +21,7 @@ bandwidth). Measured on an H200 (eager vs padded, copies included): 16x768 @
 """
 from __future__ import annotations
 
+import sympy
 import torch
 
 from .matmul_operands import realize_transposed, strided_view
@@ -67,7 +68,7 @@ def _padded_operand(ctx, t: LazyTensor, rows: int, cols: int) -> LazyTensor:
     """``t`` (a matrix) zero-padded to ``rows`` x ``cols``, as a view of a new buffer laid out
     the way ``t`` is (a transposed weight stays transposed, so the copy reads and writes
     along memory and BLAS reads it as before)."""
-    r, c = (int(s) for s in t.shape)
+    r, c = (ctx.sizes.static(s) for s in t.shape)   # padded matmuls have static sizes (_plan)
     found = strided_view(t)
     transposed = found is not None and found[1].stride[-2] == 1 and found[1].stride[-1] != 1
 
@@ -78,7 +79,7 @@ def _padded_operand(ctx, t: LazyTensor, rows: int, cols: int) -> LazyTensor:
         mask = conds[0] if len(conds) == 1 else Op("logical_and", conds, torch.bool)
         return Masked(mask, t.load([i, j]), 0)
 
-    padded = LazyTensor((rows, cols), t.dtype, t.device, loader=load)
+    padded = LazyTensor((sympy.Integer(rows), sympy.Integer(cols)), t.dtype, t.device, loader=load)
     return realize_transposed(ctx, padded) if transposed else ctx.realize(padded)
 
 
@@ -87,7 +88,7 @@ def _padded_bias(ctx, bias: LazyTensor, n: int, n_pad: int) -> LazyTensor:
     def load(idx):
         inner = [0] * (bias.ndim - 1) + [idx[0]]
         return Masked(index_less(idx[0], n), bias.load(inner), 0)
-    return ctx.realize(LazyTensor((n_pad,), bias.dtype, bias.device, loader=load))
+    return ctx.realize(LazyTensor((sympy.Integer(n_pad),), bias.dtype, bias.device, loader=load))
 
 
 def _plan(ctx, a, b):
@@ -98,9 +99,9 @@ def _plan(ctx, a, b):
         raise NotLowered("not two matrices")
     if a.dtype not in PADDED_DTYPES or b.dtype != a.dtype:
         raise NotLowered("not a 16-bit matmul")
-    if not all(getattr(s, "is_Integer", False) for s in (*a.shape, *b.shape)):
+    (m, k), n = (ctx.sizes.static(s) for s in a.shape), ctx.sizes.static(b.shape[1])
+    if None in (m, k, n):   # unpadded is right for every size; padding would need guards
         raise NotLowered("symbolic sizes")
-    (m, k), n = (int(s) for s in a.shape), int(b.shape[1])
     k_pad, n_pad = (_round_up(k) if k % ALIGN_ELEMENTS else k), (_round_up(n) if n % ALIGN_ELEMENTS else n)
     if (k_pad, n_pad) == (k, n) or min(m, k, n) == 0:
         raise NotLowered("sizes already aligned")
@@ -130,7 +131,7 @@ def padded_mm(ctx, a, b):
 @register_lowering(aten.addmm.default)
 def padded_addmm(ctx, bias, a, b, *, beta=1, alpha=1):
     if not isinstance(bias, LazyTensor) or bias.ndim == 0 or bias.ndim > 2 or (
-            bias.ndim == 2 and int(bias.shape[0]) != 1) or int(bias.shape[-1]) != int(b.shape[-1]):
+            bias.ndim == 2 and bias.shape[0] != 1) or not ctx.sizes.known_equal(bias.shape[-1], b.shape[-1]):
         raise NotLowered("bias other than a row vector")
     scalars = {k: v for k, v in (("beta", beta), ("alpha", alpha)) if v != 1}
     return _padded_call(ctx, aten.addmm.default, a, b, bias, **scalars)

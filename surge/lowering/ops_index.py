@@ -15,8 +15,9 @@ import torch
 
 from .ops_pointwise import broadcast_loader
 from .registry import NotLowered, register_lowering
+from .size_vars import static_int
 from .sizes import index_symbol
-from .tensor import LazyTensor, sym_shape
+from .tensor import LazyTensor
 from .values import Constant, IndexValue, Load, Op, cast
 
 aten = torch.ops.aten
@@ -26,9 +27,18 @@ _indirect_ids = itertools.count()
 def _wrapped(v, size):
     """``v`` or ``v + size`` for negative indices, as int64."""
     v = cast(v, torch.int64)
-    size_c = Constant(int(size), torch.int64)
+    size_c = Constant(static_int(size), torch.int64) if size.is_Integer else IndexValue(size)
     return Op("where", [Op("lt", [v, Constant(0, torch.int64)], torch.bool),
                         Op("add", [v, size_c], torch.int64), v], torch.int64)
+
+
+def _broadcast_shape(shapes) -> tuple:
+    """The right-aligned broadcast of ``shapes`` (size-1 dims stretch; sizes are expressions)."""
+    out = []
+    for k in range(1, max(len(s) for s in shapes) + 1):
+        sizes = [s[-k] for s in shapes if len(s) >= k]
+        out.append(next((n for n in sizes if n != 1), sympy.Integer(1)))
+    return tuple(reversed(out))
 
 
 def _affine_index(v) -> sympy.Expr | None:
@@ -91,7 +101,7 @@ def _index_tensor(t):
 def embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     _index_tensor(indices)
     weight = ctx.realize(weight)
-    shape = sym_shape(ctx.out_meta.shape)
+    shape = ctx.sizes.shape(ctx.out_meta.shape)
 
     def load(idx):
         return gather_load(ctx, weight, [indices.load(idx[:-1]), idx[-1]])
@@ -104,14 +114,14 @@ def index(ctx, x, indices):
     if not indexed:
         raise NotLowered("index with no index tensors")
     x = ctx.realize(x)
-    shape = sym_shape(ctx.out_meta.shape)
+    shape = ctx.sizes.shape(ctx.out_meta.shape)
     dims = [d for d, _ in indexed]
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
-    bshape = torch.broadcast_shapes(*[tuple(int(s) for s in t.shape) for _, t in indexed])
+    bshape = _broadcast_shape([t.shape for _, t in indexed])
     nb = len(bshape)
     rest = [d for d in range(x.ndim) if d not in dims]
     first = dims[0] if adjacent else 0
-    loaders = {d: broadcast_loader(t, sym_shape(bshape)) for d, t in indexed}
+    loaders = {d: broadcast_loader(t, bshape) for d, t in indexed}
 
     def load(idx):
         bidx = idx[first:first + nb]
@@ -147,7 +157,7 @@ def index_select(ctx, x, dim, index_t):
         raise NotLowered("index_select of a 0-dim tensor")
     dim = dim % max(x.ndim, 1)
     x = ctx.realize(x)
-    shape = sym_shape(ctx.out_meta.shape)
+    shape = ctx.sizes.shape(ctx.out_meta.shape)
 
     def load(idx):
         per_dim = list(idx)
@@ -158,7 +168,7 @@ def index_select(ctx, x, dim, index_t):
 
 def _constant_tensor(ctx, value):
     dtype = ctx.out_dtype()
-    shape = sym_shape(ctx.out_meta.shape)
+    shape = ctx.sizes.shape(ctx.out_meta.shape)
     if ctx.out_device() != ctx.device:
         raise NotLowered("constant on another device")
     const = Constant(value, dtype)
@@ -203,13 +213,13 @@ def iota(ctx, length, *, start, step, dtype, device, requires_grad=False):
 
 def _iota(ctx, start, step):
     dtype = ctx.out_dtype()
-    shape = sym_shape(ctx.out_meta.shape)
+    shape = ctx.sizes.shape(ctx.out_meta.shape)
     if ctx.out_device() != ctx.device:
         raise NotLowered("arange on another device")
 
     def load(idx):
         if not dtype.is_floating_point:
-            return cast(IndexValue(idx[0] * int(step) + int(start)), dtype)
+            return cast(IndexValue(idx[0] * sympy.Integer(step) + sympy.Integer(start)), dtype)
         pos = cast(IndexValue(idx[0]), torch.float64 if dtype == torch.float64 else torch.float32)
         d = pos.dtype
         v = Op("add", [Op("mul", [pos, Constant(step, d)], d), Constant(start, d)], d)

@@ -13,7 +13,7 @@ import sympy
 import torch
 
 from .registry import NotLowered, register_lowering
-from .tensor import LazyTensor, sym_shape
+from .tensor import LazyTensor
 from .op_groups import ROUNDING_OPS
 from .values import Constant, Op, Value, cast
 
@@ -52,7 +52,7 @@ def promoted_dtype(*args) -> torch.dtype:
 def make_pointwise(ctx, fn, args, compute_dtype: torch.dtype, out_dtype: torch.dtype | None = None):
     """A LazyTensor computing ``fn(*values)`` elementwise over broadcast ``args``."""
     out_dtype = out_dtype or ctx.out_dtype()
-    shape = sym_shape(ctx.out_meta.shape)
+    shape = ctx.sizes.shape(ctx.out_meta.shape)
     loaders = []
     for a in args:
         if isinstance(a, LazyTensor):
@@ -220,7 +220,7 @@ def pow_(ctx, a, b):
 @register_lowering(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def where(ctx, cond, a, b):
     dtype = ctx.out_dtype()
-    shape = sym_shape(ctx.out_meta.shape)
+    shape = ctx.sizes.shape(ctx.out_meta.shape)
     cond_load = broadcast_loader(cond, shape)
     loaders = [broadcast_loader(x, shape) if isinstance(x, LazyTensor) else (lambda idx, c=Constant(x, dtype): c)
                for x in (a, b)]

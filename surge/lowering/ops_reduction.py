@@ -7,13 +7,14 @@ reductions and a pointwise epilogue, and becomes one kernel.
 """
 from __future__ import annotations
 
+import sympy
 import torch
 
 from .ops_pointwise import broadcast_loader
 from .registry import NotLowered, register_lowering
 from .sizes import product
-from .tensor import LazyTensor, sym_shape
-from .values import Constant, Op, cast
+from .tensor import LazyTensor
+from .values import Constant, IndexValue, Op, cast
 
 aten = torch.ops.aten
 
@@ -37,6 +38,15 @@ def _dims(x: LazyTensor, dim):
 
 def _count(x: LazyTensor, dims):
     return product(x.shape[d] for d in dims) if x.ndim else 1
+
+
+def _count_value(x: LazyTensor, dims, dtype: torch.dtype):
+    """The number of elements reduced, as a value of ``dtype``: a literal, or for a symbolic
+    count the size expression converted (the kernel reads it from its size arguments)."""
+    n = sympy.expand(_count(x, dims))
+    if n.is_Integer:
+        return Constant(float(n), dtype)
+    return cast(IndexValue(n), dtype)
 
 
 def _check(x):
@@ -76,7 +86,7 @@ def _mean(ctx, x, dim, keepdim, out):
     dims = _dims(x, dim)
     acc = accumulate_dtype(out)
     total = ctx.reduction(x, dims, keepdim, "sum", acc, acc)
-    n = Constant(float(_count(x, dims)), acc)
+    n = _count_value(x, dims, acc)
     return pointwise_of(ctx, total.shape, out, lambda s: cast(Op("truediv", [s, n], acc), out), total)
 
 
@@ -210,7 +220,7 @@ def native_layer_norm(ctx, x, normalized_shape, weight, bias, eps):
     dims = list(range(x.ndim - len(normalized_shape), x.ndim))
     xf = pointwise_of(ctx, x.shape, acc, lambda v: cast(v, acc), x)
     mu = ctx.reduction(xf, dims, True, "sum", acc, acc)
-    n = Constant(float(_count(x, dims)), acc)
+    n = _count_value(x, dims, acc)
     mu = pointwise_of(ctx, mu.shape, acc, lambda s: Op("truediv", [s, n], acc), mu)
     variance = ctx.reduction(xf, dims, True, "var", acc, acc, 0.0)
     rstd = pointwise_of(ctx, variance.shape, acc,
@@ -228,7 +238,7 @@ def native_layer_norm(ctx, x, normalized_shape, weight, bias, eps):
             v = Op("add", [v, cast(wb[k], acc)], acc)
         return cast(v, out)
     y = pointwise_of(ctx, x.shape, out, affine, normed, *extra)
-    stat_shape = sym_shape(ctx.out_meta[1].shape)
+    stat_shape = ctx.sizes.shape(ctx.out_meta[1].shape)
     stat_dtype = ctx.out_dtype(1)
     mean_out = pointwise_of(ctx, stat_shape, stat_dtype, lambda m: cast(m, stat_dtype), mu)
     rstd_out = pointwise_of(ctx, stat_shape, stat_dtype, lambda r: cast(r, stat_dtype), rstd)

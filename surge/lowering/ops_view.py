@@ -11,8 +11,9 @@ import torch
 
 from .ir import Layout
 from .registry import NotLowered, register_lowering
-from .sizes import Mod, contiguous_strides, decompose, product, sym
-from .tensor import LazyTensor, sym_shape
+from .size_vars import static_int
+from .sizes import FloorDiv, Mod, contiguous_strides, decompose, product, sym
+from .tensor import LazyTensor
 from .values import Constant, IndexValue, Masked, Op, cast
 
 aten = torch.ops.aten
@@ -134,7 +135,7 @@ def view_strides(old_shape, old_stride, new_shape):
     chunks exactly. Sizes must be known numbers."""
     if not all(getattr(v, "is_Integer", False) for v in (*old_shape, *old_stride, *new_shape)):
         return None
-    old_shape, old_stride, new_shape = ([int(v) for v in seq] for seq in (old_shape, old_stride, new_shape))
+    old_shape, old_stride, new_shape = ([static_int(v) for v in seq] for seq in (old_shape, old_stride, new_shape))
     if not old_shape or 0 in old_shape:
         return None
     new_stride = [0] * len(new_shape)
@@ -178,13 +179,41 @@ def _is_contiguous(lay: Layout) -> bool:
     return all(s == 1 or a == b for s, a, b in zip(lay.shape, lay.stride, want))
 
 
+# A slice bound at least this large means "to the end" (Python's slices take sys.maxsize).
+_TO_THE_END = 2**62
+
+
+def slice_bounds(sizes, size, start, end, step: int = 1) -> tuple:
+    """(start, end, length) of ``[start:end:step]`` over a dim of ``size``, as Python's
+    slices clamp them; with a symbolic size, each clamp that depends on it is a guard."""
+    static = sizes.static(size)
+    if static is not None:
+        begin, stop, _ = slice(start, end, step).indices(static)
+        return sympy.Integer(begin), sympy.Integer(stop), sympy.Integer(max(0, -(-(stop - begin) // step)))
+
+    def clamp(v, default):
+        if v is None:
+            return default
+        if isinstance(v, sympy.Basic) and not v.is_Integer:   # a bound that is itself a size
+            return v
+        if v >= _TO_THE_END:
+            return size
+        v = sympy.Integer(v)
+        if v < 0:
+            v = size + v
+            return sympy.Integer(0) if sizes.guard_lt(v, 0) else v
+        return v if sizes.guard_leq(v, size) else size
+    begin, stop = clamp(start, sympy.Integer(0)), clamp(end, size)
+    if sizes.guard_leq(stop, begin):
+        return begin, stop, sympy.Integer(0)
+    return begin, stop, sympy.expand(stop - begin) if step == 1 else FloorDiv(stop - begin + step - 1, step)
+
+
 @register_lowering(aten.slice.Tensor)
 def slice_(ctx, x, dim=0, start=None, end=None, step=1):
     dim = _norm_dim(dim, x.ndim)
-    size = int(x.shape[dim])
-    start, end, _ = slice(start, end, step).indices(size)
-    length = max(0, -(-(end - start) // step))
-    shape = x.shape[:dim] + (sympy.Integer(length),) + x.shape[dim + 1:]
+    start, end, length = slice_bounds(ctx.sizes, x.shape[dim], start, end, step)
+    shape = x.shape[:dim] + (length,) + x.shape[dim + 1:]
     lay = _layout(x)
     new = None
     if lay:
@@ -202,7 +231,7 @@ def slice_(ctx, x, dim=0, start=None, end=None, step=1):
 @register_lowering(aten.select.int)
 def select(ctx, x, dim, index):
     dim = _norm_dim(dim, x.ndim)
-    index = index % int(x.shape[dim])
+    index = _select_index(x.shape[dim], index)
     shape = x.shape[:dim] + x.shape[dim + 1:]
     lay = _layout(x)
     new = Layout(shape, lay.stride[:dim] + lay.stride[dim + 1:], lay.offset + lay.stride[dim] * index) if lay else None
@@ -220,28 +249,34 @@ def as_strided(ctx, x, size, stride, storage_offset=None):
     traced = ctx.node.args[0].meta.get("val")
     if not isinstance(traced, torch.Tensor):
         raise NotLowered("as_strided of an input without traced metadata")
-    traced_stride = sym_shape(traced.stride())
+    traced_stride = ctx.sizes.shape(traced.stride())
     lay = _layout(x)
     if lay is None or tuple(lay.stride) != tuple(traced_stride):
         if not _is_dense_strides(traced.shape, traced.stride()):
             raise LoweringError(f"as_strided of a value traced with overlapping strides {traced.stride()}")
         lay = Layout(x.shape, traced_stride, sym(0))
         x = ctx.realize(x, lay)
-    shape = sym_shape(size)
-    new = Layout(shape, sym_shape(stride), sym(storage_offset or 0) - traced.storage_offset() + lay.offset)
-    if not (_span(lay)[0] <= _span(new)[0] and _span(new)[1] <= _span(lay)[1]):
+    shape = ctx.sizes.shape(size)
+    new = Layout(shape, ctx.sizes.shape(stride), sym(storage_offset or 0) - traced.storage_offset() + lay.offset)
+    (low, high), (new_low, new_high) = _span(lay), _span(new)
+    if not (ctx.sizes.known_leq(low, new_low) and ctx.sizes.known_leq(new_high, high)):
         # it reads storage around x that x's buffer does not hold
         raise LoweringError("as_strided reaching outside its input's elements")
     return x.with_view(shape, new, None)
 
 
+def _select_index(size, index: int):
+    """Position ``index`` of a dim of ``size`` (negative ones count from its end)."""
+    return sympy.Integer(index) if index >= 0 else sympy.expand(size + index)
+
+
 def _span(lay: Layout) -> tuple:
     """(lowest, highest) storage positions a layout reaches."""
-    low = high = int(lay.offset)
+    low = high = lay.offset
     for size, st in zip(lay.shape, lay.stride):
-        reach = (int(size) - 1) * int(st)
-        low, high = (low + reach, high) if reach < 0 else (low, high + reach)
-    return low, high
+        reach = (size - 1) * st
+        low, high = (low + reach, high) if st.is_negative else (low, high + reach)
+    return sympy.expand(low), sympy.expand(high)
 
 
 def _is_dense_strides(shape, stride) -> bool:
@@ -272,12 +307,20 @@ def repeat(ctx, x, repeats):
     return x.with_view(shape, None, remap)
 
 
+def _compare(op: str, expr, bound):
+    bound = sym(bound)
+    if bound.is_Integer:
+        return Op(op, [IndexValue(expr), Constant(static_int(bound), torch.int64)], torch.bool)
+    # a bound that is a size: the difference of two index expressions against 0
+    return Op(op, [IndexValue(sympy.expand(expr - bound)), Constant(0, torch.int64)], torch.bool)
+
+
 def index_less(expr, bound):
-    return Op("lt", [IndexValue(expr), Constant(int(bound), torch.int64)], torch.bool)
+    return _compare("lt", expr, bound)
 
 
 def index_at_least(expr, bound):
-    return Op("ge", [IndexValue(expr), Constant(int(bound), torch.int64)], torch.bool)
+    return _compare("ge", expr, bound)
 
 
 @register_lowering(aten.cat)
@@ -287,13 +330,13 @@ def cat(ctx, tensors, dim=0):
         raise NotLowered("cat of non-tensors")
     dim = _norm_dim(dim, tensors[0].ndim)
     dtype = ctx.out_dtype()
-    shape = sym_shape(ctx.out_meta.shape)
-    pieces, start = [], 0
+    shape = ctx.sizes.shape(ctx.out_meta.shape)
+    pieces, start = [], sympy.Integer(0)
     for t in tensors:
-        n = int(t.shape[dim])
-        if n:
+        n = t.shape[dim]
+        if n != 0:
             pieces.append((start, n, t))
-        start += n
+        start = start + n
 
     def load(idx):
         pos = idx[dim]
@@ -308,7 +351,7 @@ def cat(ctx, tensors, dim=0):
                 result = value
                 continue
             cond = index_less(pos, begin + n)
-            if begin:
+            if begin != 0:
                 cond = Op("logical_and", [index_at_least(pos, begin), cond], torch.bool)
             result = Op("where", [cond, Masked(cond, value, 0), result], dtype)
         return result
@@ -322,14 +365,14 @@ def slice_scatter(ctx, base, src, dim=0, start=None, end=None, step=1):
     if step != 1 or not isinstance(base, LazyTensor) or not isinstance(src, LazyTensor):
         raise NotLowered("strided or non-tensor slice_scatter")
     dim = _norm_dim(dim, base.ndim)
-    size = int(base.shape[dim])
-    begin, stop, _ = slice(start, end, 1).indices(size)
+    size = base.shape[dim]
+    begin, stop, _ = slice_bounds(ctx.sizes, size, start, end)
     dtype = base.dtype
 
     def load(idx):
         pos = idx[dim]
-        conds = ([index_at_least(pos, begin)] if begin > 0 else []) + \
-                ([index_less(pos, stop)] if stop < size else [])
+        conds = ([index_at_least(pos, begin)] if begin != 0 else []) + \
+                ([index_less(pos, stop)] if not ctx.sizes.known_equal(stop, size) else [])
         inner = list(idx)
         inner[dim] = pos - begin
         if not conds:   # the slice covers the whole dim
@@ -345,11 +388,11 @@ def select_scatter(ctx, base, src, dim, index):
     if not isinstance(base, LazyTensor) or not isinstance(src, LazyTensor):
         raise NotLowered("non-tensor select_scatter")
     dim = _norm_dim(dim, base.ndim)
-    index = index % int(base.shape[dim])
+    index = _select_index(base.shape[dim], index)
     dtype = base.dtype
 
     def load(idx):
-        cond = Op("eq", [IndexValue(idx[dim]), Constant(index, torch.int64)], torch.bool)
+        cond = Op("eq", [IndexValue(sympy.expand(idx[dim] - index)), Constant(0, torch.int64)], torch.bool)
         inner = list(idx[:dim]) + list(idx[dim + 1:])
         return Op("where", [cond, Masked(cond, cast(src.load(inner), dtype), 0), base.load(list(idx))], dtype)
     return LazyTensor(base.shape, dtype, ctx.device, loader=load)
@@ -358,7 +401,7 @@ def select_scatter(ctx, base, src, dim, index):
 @register_lowering(aten.constant_pad_nd)
 def constant_pad_nd(ctx, x, pad, value=0):
     dtype = ctx.out_dtype()
-    shape = sym_shape(ctx.out_meta.shape)
+    shape = ctx.sizes.shape(ctx.out_meta.shape)
     befores = {}
     for k in range(len(pad) // 2):
         befores[x.ndim - 1 - k] = (pad[2 * k], pad[2 * k + 1])
@@ -370,7 +413,7 @@ def constant_pad_nd(ctx, x, pad, value=0):
             if before > 0:
                 conds.append(index_at_least(idx[d], before))
             if after > 0:
-                conds.append(index_less(idx[d], before + int(x.shape[d])))
+                conds.append(index_less(idx[d], before + x.shape[d]))
         v = cast(x.load(inner), dtype)
         if not conds:
             return v
@@ -384,10 +427,11 @@ def constant_pad_nd(ctx, x, pad, value=0):
 @register_lowering(aten.split_with_sizes, aten.split.Tensor)
 def split(ctx, x, sizes, dim=0):
     dim = _norm_dim(dim, x.ndim)
-    total = int(x.shape[dim])
-    if isinstance(sizes, int):
-        sizes = [min(sizes, total - s) for s in range(0, total, sizes)]
-    outs, start = [], 0
+    total = x.shape[dim]
+    if isinstance(sizes, int):   # as many pieces as tracing made (the frontend guards that count)
+        pieces = len(ctx.out_meta)
+        sizes = [sizes] * (pieces - 1) + [sympy.expand(total - sizes * (pieces - 1))]
+    outs, start = [], sympy.Integer(0)
     for n in sizes:
         outs.append(slice_(ctx, x, dim, start, start + n, 1))
         start += n
@@ -396,6 +440,6 @@ def split(ctx, x, sizes, dim=0):
 
 @register_lowering(aten.unbind)
 def unbind(ctx, x, dim=0):
-    return tuple(select(ctx, x, dim, k) for k in range(int(x.shape[_norm_dim(dim, x.ndim)])))
+    return tuple(select(ctx, x, dim, k) for k in range(len(ctx.out_meta)))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 
 import sympy
 
@@ -51,11 +52,17 @@ def index_symbol(prefix: str, k: int) -> sympy.Symbol:
     return sympy.Symbol(f"{prefix}{k}", integer=True, nonnegative=True)
 
 
+def is_index_symbol(symbol: sympy.Symbol) -> bool:
+    """A loop or kernel index (``i0``, ``r0``, ``x0``...), not a size symbol (``s0``)."""
+    return symbol.name[0] in "irx" and symbol.name[1:].isdigit()
+
+
 def sym(value) -> sympy.Expr:
-    """Turn an int, SymInt-like or sympy value into a sympy expression."""
+    """An int or a size expression as a sympy expression (a SymInt goes through
+    ``SizeVars.expr``, which knows the graph's symbols)."""
     if isinstance(value, sympy.Basic):
         return value
-    return sympy.Integer(int(value))
+    return sympy.Integer(operator.index(value))
 
 
 def product(values) -> sympy.Expr:
@@ -112,6 +119,8 @@ def _upper_bound(expr: sympy.Expr, bounds: dict):
         if coeff < 0 or not coeff.is_Integer:
             return None
         if rest in bounds:
+            if not getattr(bounds[rest], "is_Integer", True):   # a size symbol: no number to sum
+                return None
             top = bounds[rest] - 1
         elif isinstance(rest, Mod) and rest.args[1].is_Integer:
             top = int(rest.args[1]) - 1
@@ -130,7 +139,7 @@ def index_below(expr: sympy.Expr, bounds: dict, limit: int) -> bool:
     """Whether index ``expr`` stays in ``[0, limit)`` for every value of its symbols below
     ``bounds`` (proved term by term: non-negative terms whose largest values sum below)."""
     top = _upper_bound(sympy.expand(expr), bounds)
-    return top is not None and top < limit
+    return top is not None and getattr(sympy.sympify(limit), "is_Integer", False) and top < limit
 
 
 def _split_by_divisor(expr: sympy.Expr, d: int):
@@ -230,5 +239,7 @@ def simplify_with_ranges(expr: sympy.Expr, bounds: dict) -> sympy.Expr:
     ``(16*x0 + x1) // 16`` is ``x0`` and ``(16*x0 + x1) % 16`` is ``x1``."""
     if not expr.has(FloorDiv, Mod):
         return sympy.expand(expr)
-    key = tuple(sorted(((s, int(b)) for s, b in bounds.items() if s in expr.free_symbols), key=lambda p: p[0].name))
+    # a symbolic bound (a size symbol) proves nothing here: only numbers take part
+    key = tuple(sorted(((s, int(b)) for s, b in bounds.items() if s in expr.free_symbols and (isinstance(b, int) or b.is_Integer)),
+                       key=lambda p: p[0].name))
     return _simplify_cached(expr, key)

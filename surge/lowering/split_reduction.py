@@ -105,13 +105,13 @@ class _Split:
 
     Partials are [outer..., S], or [S, outer...] with ``chunks_first`` (column reductions)."""
 
-    def __init__(self, t: LazyTensor, dims: list, splits: int, chunk: int, chunks_first: bool = False):
+    def __init__(self, t: LazyTensor, dims: list, rnumel: int, splits: int, chunk: int, chunks_first: bool = False):
         self.t = t
         self.chunks_first = chunks_first
         self.dims = dims
         self.outer = [d for d in range(t.ndim) if d not in dims]
         self.red_sizes = [t.shape[d] for d in dims]
-        self.rnumel = int(product(self.red_sizes))
+        self.rnumel = rnumel
         self.splits, self.chunk = splits, chunk
         # the result with every reduced dim kept (size 1)
         self.kept_shape = [sympy.Integer(1) if d in dims else s for d, s in enumerate(t.shape)]
@@ -169,17 +169,18 @@ class _Split:
 def split_reduction(ctx, t: LazyTensor, dims, keepdim: bool, reduction_type: str, dtype: torch.dtype,
                     acc_dtype: torch.dtype, correction: float, threshold: int) -> LazyTensor | None:
     """The reduction as two reductions when it is huge and has few rows, else None."""
-    if not t.ndim or not dims or not all(getattr(s, "is_Integer", False) for s in t.shape):
+    # symbolic sizes: one reduction, which is right for every size (a split would need guards)
+    rows = ctx.sizes.static(product(t.shape[d] for d in range(t.ndim) if d not in dims))
+    rnumel = ctx.sizes.static(product(t.shape[d] for d in dims))
+    if not t.ndim or not dims or rows is None or rnumel is None:
         return None
-    rows = int(product(t.shape[d] for d in range(t.ndim) if d not in dims))
-    rnumel = int(product(t.shape[d] for d in dims))
     plan = plan_split(rows, rnumel, threshold)
     columns = plan is None and splits_columns(ctx.device) and is_column_reduction(t.shape, dims)
     if columns:
         plan = plan_column_split(rows, rnumel)
     if plan is None:
         return None
-    split = _Split(t, list(dims), *plan, chunks_first=columns)
+    split = _Split(t, list(dims), rnumel, *plan, chunks_first=columns)
     kind = reduction_kind(reduction_type)
     if kind.split == "arg":
         return _split_arg(ctx, split, kind, keepdim)

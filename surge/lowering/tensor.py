@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-import sympy
 import torch
 
 from .ir import Layout
+from .sizes import sym
 from .values import Load, Value
 
 
@@ -25,7 +25,7 @@ class LazyTensor:
 
     def __init__(self, shape, dtype: torch.dtype, device, loader: Callable | None = None,
                  view: tuple | None = None):
-        self.shape = tuple(shape)
+        self.shape = tuple(sym(s) for s in shape)   # sizes are expressions, also those a rule wrote as ints
         self.dtype = dtype
         self.device = device
         self._loader = loader
@@ -64,7 +64,3 @@ class LazyTensor:
     def __repr__(self) -> str:
         where = f" view of {self.view[0]}" if self.view else ""
         return f"LazyTensor({list(self.shape)}, {self.dtype}{where})"
-
-
-def sym_shape(shape) -> tuple:
-    return tuple(sympy.Integer(int(s)) if not isinstance(s, sympy.Basic) else s for s in shape)

@@ -82,6 +82,17 @@ def column_default(xnumel: int, rnumel: int, persistent: bool) -> dict:
     return dict(XBLOCK=xblock, RBLOCK=rblock, num_warps=4, num_stages=1)
 
 
+def at_hints(meta: dict) -> dict:
+    """A kernel's metadata with numbers for its sizes: a symbolic kernel's at the example
+    inputs (``size_hints``: its size arguments, then xnumel and rnumel), for compiling it
+    ahead of a launch; a static kernel's as it is."""
+    if not meta.get("symbolic"):
+        return meta
+    hints = meta["size_hints"]
+    numels = hints[-2:] if meta["reduction"] else hints[-1:] + [1]
+    return dict(meta, xnumel=numels[0], rnumel=numels[1])
+
+
 def candidate_configs(meta: dict, interpret: bool) -> list:
     """The default first, then the alternatives autotuning times."""
     xnumel, rnumel = meta["xnumel"], meta["rnumel"]

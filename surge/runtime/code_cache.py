@@ -33,10 +33,25 @@ def compiler_fingerprint() -> str:
     return cache_store.sources_fingerprint(_COMPILER_DIRS, f"{torch.__version__} {triton_version()}")
 
 
-def _describe_input(x) -> str:
+def _describe_input(x, sizes) -> str:
+    """An input's metadata. With symbolic sizes (``sizes``, a ``SizeVars``), by their
+    symbolic form (symbols named in order of appearance), not by the example's values: a
+    process compiling the graph for sizes in the same ranges finds the same module, whose
+    size decisions hold for every size in range or are guarded in it."""
     if isinstance(x, torch.Tensor):
-        return f"T({tuple(x.shape)},{tuple(x.stride())},{x.storage_offset()},{x.dtype},{x.device})"
+        if sizes is None:
+            return f"T({tuple(x.shape)},{tuple(x.stride())},{x.storage_offset()},{x.dtype},{x.device})"
+        shape, stride = sizes.shape(x.shape), sizes.shape(x.stride())
+        return f"T({shape},{stride},{sizes.expr(x.storage_offset())},{x.dtype},{x.device})"
+    if _is_symbolic(x):   # a SymInt argument
+        return f"S({sizes.expr(x)})"
     return f"V({type(x).__name__}:{x!r})"
+
+
+def _is_symbolic(x) -> bool:
+    if isinstance(x, torch.Tensor):
+        return any(not isinstance(v, int) for v in (*x.shape, *x.stride(), x.storage_offset()))
+    return getattr(getattr(x, "node", None), "expr", None) is not None
 
 
 def graph_key(gm: torch.fx.GraphModule, example_inputs, constants, knobs: tuple) -> str:
@@ -45,8 +60,14 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, constants, knobs: tuple)
     digest.update(gm.code.encode())
     for node in gm.graph.nodes:  # targets and literal arguments the code text may abbreviate
         digest.update(f"{node.op}|{node.target}|{node.args}|{node.kwargs}".encode())
+    sizes = None
+    if any(_is_symbolic(x) for x in example_inputs):   # (sympy is not imported for static graphs)
+        from ..lowering.size_vars import SizeVars
+        sizes = SizeVars()
     for x in list(example_inputs) + list(constants):
-        digest.update(_describe_input(x).encode())
+        digest.update(_describe_input(x, sizes).encode())
+    for s in sizes.symbols if sizes is not None else ():   # the ranges decide which guards it has
+        digest.update(f"{s}:{sizes.lower[s]}:{sizes.upper.get(s)}".encode())
     digest.update(repr(knobs).encode())
     return digest.hexdigest()[:40]
 

@@ -103,7 +103,10 @@ def job_for(path: str, meta: dict, config: dict, target=None) -> KernelJob:
 
     dtype_of = {ptr: str(dtype).replace("torch.", "") for dtype, ptr in POINTER_TYPES.items()}
     arg_dtypes = tuple(dtype_of[t] for t in meta["signature"].values() if t.startswith("*"))
-    sizes = (meta["xnumel"], meta["rnumel"]) if meta["reduction"] else (meta["xnumel"],)
+    if meta.get("symbolic"):   # every size argument, at the example inputs
+        sizes = tuple(meta["size_hints"])
+    else:
+        sizes = (meta["xnumel"], meta["rnumel"]) if meta["reduction"] else (meta["xnumel"],)
     return KernelJob(path, meta["function"], arg_dtypes, sizes, dict(config), target)
 
 

@@ -88,6 +88,10 @@ def _precompile(kernels: dict, paths: dict, cache_dir: str) -> None:
         device_name = torch.cuda.get_device_name()
         jobs = []
         for meta in kernels.values():
+            if meta.get("symbolic"):
+                # compiled at its first launch: a symbolic kernel keeps no binary record, so a
+                # warm process would start workers only to find Triton's cached binary
+                continue
             config = launch_config(meta, cache_dir, device_name)
             if not binary_cache.has_record(cache_dir, binary_cache.record_key(meta, config, device_name)):
                 jobs.append(compile_pool.job_for(paths[meta["file"]], meta, config))

@@ -53,6 +53,8 @@ def _grid(meta: dict, config: dict) -> tuple:
 
 
 def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tune: bool = False):
+    if meta.get("symbolic"):
+        return make_symbolic_launcher(kernel, name, meta, source, cache_dir, tune)
     interpret = interpreting()
     configs = autotune.candidate_configs(meta, interpret)
     sizes = (meta["xnumel"], meta["rnumel"]) if meta["reduction"] else (meta["xnumel"],)
@@ -185,3 +187,70 @@ def direct_launch(kernel, compiled, grid: tuple, first_args: tuple, sizes: tuple
         return True
 
     return direct
+
+
+def make_symbolic_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tune: bool = False):
+    """The launcher of a kernel whose sizes are arguments: the host code passes the size
+    symbols, then xnumel (and rnumel), after the pointers. The grid and the config follow
+    each call's numbers: a config is picked once per distinct (xnumel, rnumel), from the
+    candidates for those numbers (a tuned choice stored for them, else the default), so a
+    persistent reduction's RBLOCK always covers its row. The first launch with given size
+    arguments goes through Triton (which specializes on integers as on any argument: equal
+    to 1, multiples of 16); later ones with the same sizes launch its binary directly
+    (``direct_launch``, with those sizes bound)."""
+    interpret = interpreting()
+    numels = 2 if meta["reduction"] else 1
+    pointers = sum(1 for t in meta["signature"].values() if t.startswith("*"))
+    configs: dict = {}    # (xnumel, rnumel) -> (grid, config)
+    launches: dict = {}   # all size arguments -> (grid, config, direct launch or None)
+
+    def pick(args, key) -> tuple:
+        sized = dict(meta, xnumel=key[0], rnumel=key[1] if meta["reduction"] else 1)
+        candidates = autotune.candidate_configs(sized, interpret)
+        config = candidates[0]
+        if not interpret and len(candidates) > 1:
+            import torch
+            tuning = autotune.tuning_key(source, sized, torch.cuda.get_device_name())
+            found = autotune.load_choice(cache_dir, tuning)
+            if found is not None:
+                config = found["config"]
+            elif tune:
+                timing_args = _timing_args(args)
+                config, timings = autotune.benchmark(
+                    lambda c: kernel[_grid(sized, c)](*timing_args, **c), candidates)
+                autotune.store_choice(cache_dir, tuning, config, timings)
+                logs.log("perf", f"autotuned {name} for sizes {key}: {config}")
+        return _grid(sized, config), config
+
+    def first_launch(args, sizes) -> None:
+        key = sizes[-numels:]
+        found = configs.get(key)
+        if found is None:
+            if not interpret:
+                compile_pool.finish_pending()
+            found = configs[key] = pick(args, key)
+        grid, config = found
+        compiled = kernel[grid](*args, **config)
+        direct = None if interpret else direct_launch(kernel, compiled, grid, args[:pointers], sizes, config)
+        launches[sizes] = (grid, config, direct)
+
+    def launch(*args):
+        sizes = args[pointers:]
+        found = launches.get(sizes)
+        if found is None:
+            return first_launch(args, sizes)
+        grid, config, direct = found
+        if direct is not None:
+            try:
+                if direct(args[:pointers]):
+                    return
+            except (TypeError, ValueError) as error:   # the binary's launcher refused our arguments
+                launches[sizes] = (grid, config, None)
+                logs.log("perf", f"direct launch of {name} refused ({error}); launching through Triton")
+        kernel[grid](*args, **config)
+
+    launch.configs = []
+    launch.state = configs
+    launch.kernel = kernel
+    launch.meta = meta
+    return launch

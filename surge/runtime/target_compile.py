@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from .autotune import candidate_configs
+from .autotune import at_hints, candidate_configs
 from .code_cache import load_module
 from .triton_mode import interpret_mode
 
@@ -33,7 +33,7 @@ def compile_for_target(paths, arch: int = 90, warp_size: int = 32, workers: int 
         folder = kernel_folder(path)
         for name, meta in module.KERNELS.items():
             job = compile_pool.job_for(os.path.join(folder, meta["file"] + ".py"), meta,
-                                       candidate_configs(meta, interpret=False)[0], target)
+                                       candidate_configs(at_hints(meta), interpret=False)[0], target)
             jobs[f"{os.path.basename(path)}:{name}"] = job
     distinct = {job.key(): job for job in jobs.values()}
     compile_pool.start_workers(len(distinct), workers)

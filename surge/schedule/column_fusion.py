@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..lowering.ir import ComputedBuffer
+from ..lowering.size_vars import static_int
 from ..lowering.sizes import index_symbol, linear_coefficient
 from ..lowering.values import loads_of
 from .fusion import consumers, mark_stores, name_groups, read_buffers
@@ -70,11 +71,13 @@ def _joins(group: KernelGroup, node: ComputedBuffer, producer_step: dict) -> boo
         return False
     if not _is_row_kernel(group):
         return False
+    if not all(getattr(n, "is_Integer", False) for n in group.x_ranges):
+        return False   # the C++ column sums split the rows among threads by number
     columns = 1
     for size in group.r_ranges:
         if not getattr(size, "is_Integer", False):
             return False
-        columns *= int(size)
+        columns *= static_int(size)
     if columns > MAX_COLUMNS:
         return False
     group.columns.add(node.name)

@@ -49,22 +49,23 @@ MIN_ROWS_FOR_ROW_FUSION = 16
 SMALL_KERNEL_ELEMENTS = 65536
 
 
-def _row_fusion_ok(x, r) -> bool:
-    rows, row = int(product(x)), int(product(r))
+def _row_fusion_ok(x, r, sizes) -> bool:
+    """A heuristic over the sizes' hints: either choice is right for every size."""
+    rows, row = sizes.size_hint(product(x)), sizes.size_hint(product(r))
     return rows >= MIN_ROWS_FOR_ROW_FUSION or rows * row <= SMALL_KERNEL_ELEMENTS
 
 
-def _join_space(group: KernelGroup, node: ComputedBuffer):
+def _join_space(group: KernelGroup, node: ComputedBuffer, sizes):
     """The group's (x, r) space once ``node`` joins, or None if they do not fit."""
     role = node_role(node, group.x_ranges, group.r_ranges)
-    if role == "xr" and not _row_fusion_ok(group.x_ranges, group.r_ranges):
+    if role == "xr" and not _row_fusion_ok(group.x_ranges, group.r_ranges, sizes):
         return None
     if role:
         return group.x_ranges, group.r_ranges
     if node.is_reduction and not group.r_ranges:
         x, r = tuple(node.ranges), tuple(node.reduction_ranges)
         roles = [node_role(m, x, r) for m in group.nodes]
-        if all(role in ("x", "xr") for role in roles) and ("xr" not in roles or _row_fusion_ok(x, r)):
+        if all(role in ("x", "xr") for role in roles) and ("xr" not in roles or _row_fusion_ok(x, r, sizes)):
             return x, r
     return None
 
@@ -85,8 +86,8 @@ def _reads_in_registers(group: KernelGroup, node: ComputedBuffer) -> bool:
     return True
 
 
-def _fits(group: KernelGroup, node: ComputedBuffer, producer_step: dict) -> bool:
-    space = _join_space(group, node)
+def _fits(group: KernelGroup, node: ComputedBuffer, producer_step: dict, sizes) -> bool:
+    space = _join_space(group, node, sizes)
     if space is None:
         return False
     for name in read_buffers(node):
@@ -120,7 +121,7 @@ def fuse(graph: LoopGraph) -> list:
                 continue
             members = {n.name for n in step.nodes}
             score = 2 * len(reads & members) + len(reads & group_reads[step.index])
-            if score > best_score and _fits(step, buf, producer_step):
+            if score > best_score and _fits(step, buf, producer_step, graph.sizes):
                 best, best_score = step, score
         if best is None:
             best = KernelGroup(len(steps), tuple(buf.ranges),
@@ -128,15 +129,15 @@ def fuse(graph: LoopGraph) -> list:
             steps.append(best)
             group_reads[best.index] = set()
         else:
-            best.x_ranges, best.r_ranges = _join_space(best, buf)
+            best.x_ranges, best.r_ranges = _join_space(best, buf, graph.sizes)
         best.nodes.append(buf)
         group_reads[best.index] |= reads
         producer_step[buf.name] = best.index
-    merge_groups(steps, producer_step)
+    merge_groups(steps, producer_step, graph.sizes)
     return steps
 
 
-def merge_groups(steps: list, producer_step: dict) -> None:
+def merge_groups(steps: list, producer_step: dict, sizes) -> None:
     """Move a group into a later one it shares data with, when nothing between reads it.
 
     The pass above puts a buffer that shares nothing with the groups so far into a
@@ -164,7 +165,7 @@ def merge_groups(steps: list, producer_step: dict) -> None:
         for _, g in candidates:
             if any(step_reads[k] & (shared if _mutates(steps[k]) else names) for k in range(a.index + 1, g.index)):
                 break   # a step before g reads a's results, or writes what a reads
-            merged = _merged(a, g, producer_step)
+            merged = _merged(a, g, producer_step, sizes)
             if merged is None:
                 continue
             for n in a.nodes:
@@ -181,15 +182,15 @@ def _mutates(step) -> bool:
     return schema is not None and schema.is_mutable
 
 
-def _merged(a: KernelGroup, g: KernelGroup, producer_step: dict):
+def _merged(a: KernelGroup, g: KernelGroup, producer_step: dict, sizes):
     """(nodes, (x_ranges, r_ranges)) of ``a``'s members followed by ``g``'s in one group
     at ``g``'s place, or None when one of them does not fit there."""
     trial = KernelGroup(g.index, a.x_ranges, a.r_ranges, list(a.nodes))
     steps = collections.ChainMap({n.name: g.index for n in a.nodes}, producer_step)
     for node in g.nodes:
-        if not _fits(trial, node, steps):
+        if not _fits(trial, node, steps, sizes):
             return None
-        trial.x_ranges, trial.r_ranges = _join_space(trial, node)
+        trial.x_ranges, trial.r_ranges = _join_space(trial, node, sizes)
         trial.nodes.append(node)
     return trial.nodes, (trial.x_ranges, trial.r_ranges)
 

@@ -24,6 +24,7 @@ import dataclasses
 import sympy
 
 from ..lowering.ir import ComputedBuffer, ExternBuffer
+from ..lowering.size_vars import static_int
 from ..lowering.sizes import index_symbol, simplify_with_ranges
 
 
@@ -100,14 +101,29 @@ def _runs(node_sizes, dims):
     if tuple(node_sizes) == tuple(dims):
         return [(k, k + 1) for k in range(len(dims))]
     if not all(getattr(s, "is_Integer", False) for s in tuple(node_sizes) + tuple(dims)):
-        return None
+        return _symbolic_runs(node_sizes, dims)
     runs, j = [], 0
     for size in node_sizes:
         start, prod = j, 1
-        while j < len(dims) and prod < int(size):
-            prod *= int(dims[j])
+        while j < len(dims) and prod < static_int(size):
+            prod *= static_int(dims[j])
             j += 1
-        if prod != int(size) or j == start:
+        if prod != static_int(size) or j == start:
+            return None
+        runs.append((start, j))
+    return runs if j == len(dims) else None
+
+
+def _symbolic_runs(node_sizes, dims):
+    """``_runs`` where sizes are expressions: each node size must be a product of
+    consecutive dims for every value of the size symbols."""
+    runs, j = [], 0
+    for size in node_sizes:
+        start, prod = j, sympy.Integer(1)
+        while j < len(dims) and (j == start or sympy.expand(prod - size) != 0):
+            prod = prod * dims[j]
+            j += 1
+        if sympy.expand(prod - size) != 0:
             return None
         runs.append((start, j))
     return runs if j == len(dims) else None

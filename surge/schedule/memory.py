@@ -23,6 +23,7 @@ import sympy
 import torch
 
 from ..lowering.ir import ExternBuffer, LoopGraph
+from ..lowering.size_vars import static_int
 from ..lowering.sizes import contiguous_strides, product
 from ..lowering.values import Op, loads_of, walk
 from .fusion import consumers, read_buffers
@@ -116,7 +117,7 @@ def _non_overlapping(layout) -> bool:
     dims = [(st, n) for n, st in zip(layout.shape, layout.stride) if n != 1]
     if all(getattr(x, "is_Integer", False) for d in dims for x in d):
         span = 1
-        for st, n in sorted((abs(int(st)), int(n)) for st, n in dims):
+        for st, n in sorted((abs(static_int(st)), static_int(n)) for st, n in dims):
             if st < span:
                 return False
             span = st * n

@@ -138,7 +138,7 @@ def test_extern_result_layout_follows_realized_argument(monkeypatch):
     s = schedule_of(sort_of_transposed_value, randn(5, 7))
     children = [b for b in s.graph.buffers if isinstance(b, ExternBuffer) and b.parent]
     assert [tuple(b.layout.stride) for b in children] == [(1, 7), (1, 7)]   # realized as eager had it
-    monkeypatch.setattr(lower, "_eager_layout", lambda t, traced: None)   # realize contiguous
+    monkeypatch.setattr(lower.Lowering, "eager_layout", lambda self, t, traced: None)   # realize contiguous
     s = schedule_of(sort_of_transposed_value, randn(5, 7))
     children = [b for b in s.graph.buffers if isinstance(b, ExternBuffer) and b.parent]
     assert [tuple(b.layout.stride) for b in children] == [(5, 1), (5, 1)]

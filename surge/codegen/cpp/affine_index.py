@@ -21,6 +21,7 @@ import math
 import sympy
 import torch
 
+from ...lowering.size_vars import static_int
 from ...lowering.sizes import FloorDiv, Mod
 
 # Domains past this many points keep their expressions (the check would cost too much time).
@@ -66,7 +67,7 @@ def affine_index(expr: sympy.Expr, sizes: dict, innermost: str | None) -> sympy.
     symbols = sorted(expr.free_symbols, key=lambda s: s.name)
     if not symbols or any(s.name not in sizes for s in symbols):
         return expr
-    shape = tuple(int(sizes[s.name]) for s in symbols)
+    shape = tuple(static_int(sizes[s.name]) for s in symbols)
     if 0 in shape or math.prod(shape) > MAX_POINTS:
         return expr
     env = {}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from ...lowering.ir import ExternBuffer, Layout, TensorArg
+from ..common import format_index
 from ..wrapper import WrapperWriter, python_literal
 from .host_layouts import is_transpose, layout_key
 
@@ -137,7 +138,7 @@ class ExternCalls(WrapperWriter):
         lay = buf.layout
         if buf.op in CONTIGUOUS_RESULTS and layout_key(lay) == layout_key(Layout.contiguous(lay.shape)):
             return []
-        shape, stride, offset = _shape(lay.shape), _shape(lay.stride), int(lay.offset)
+        shape, stride, offset = _shape(lay.shape), _shape(lay.stride), format_index(lay.offset)
         return [f"if {buf.name}.stride() != {stride} or {buf.name}.storage_offset() != {offset}:",
                 f"    {buf.name} = restride({buf.name}, {shape}, {stride}, {offset})"]
 
@@ -146,4 +147,4 @@ class ExternCalls(WrapperWriter):
 
 
 def _shape(values) -> str:
-    return "(" + "".join(f"{int(v)}, " for v in values) + ")"
+    return "(" + "".join(f"{format_index(v)}, " for v in values) + ")"

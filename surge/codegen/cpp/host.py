@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from ...lowering.ir import ExternBuffer
 from ...schedule.scheduler import Schedule
-from ..wrapper import WRAPPER_PRELUDE
+from ..common import format_index
+from ..wrapper import WRAPPER_PRELUDE, argument_names, guard_imports, size_bindings
 from .extern_calls import BINDINGS_PRELUDE, ExternCalls
 from .host_layouts import host_layouts
 from .module import CppModule
@@ -29,16 +30,17 @@ def restride(t, shape, stride, offset):
     return out.copy_(t)
 
 
-def pointer_function(function, pointers):
-    """``function`` of the library, taking ``pointers`` pointers and returning nothing. A
-    prototype converts the arguments faster than ``argtypes`` on the library's function."""
-    prototype = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * pointers)
+def pointer_function(function, pointers, sizes=0):
+    """``function`` of the library, taking ``pointers`` pointers (then ``sizes`` 64-bit
+    sizes) and returning nothing. A prototype converts the arguments faster than
+    ``argtypes`` on the library's function."""
+    prototype = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * pointers, *[ctypes.c_int64] * sizes)
     return prototype(ctypes.cast(function, ctypes.c_void_p).value)
 '''
 
 
 def _shape(values) -> str:
-    return "(" + "".join(f"{int(v)}, " for v in values) + ")"
+    return "(" + "".join(f"{format_index(v)}, " for v in values) + ")"
 
 
 class HostWriter:
@@ -51,9 +53,9 @@ class HostWriter:
 
     def pointer(self, name: str) -> str:
         buf = self.by_name[name]
-        offset = int(buf.layout.offset) if isinstance(buf, ExternBuffer) else 0
-        if offset:   # kernels index from the storage's start, data_ptr() points past the offset
-            return f"{name}.data_ptr() - {offset * buf.dtype.itemsize}"
+        offset = buf.layout.offset if isinstance(buf, ExternBuffer) else 0
+        if offset != 0:   # kernels index from the storage's start, data_ptr() points past the offset
+            return f"{name}.data_ptr() - {format_index(offset * buf.dtype.itemsize)}"
         return f"{name}.data_ptr()"
 
     def allocation(self, name: str, src: str | None) -> str:
@@ -68,9 +70,10 @@ class HostWriter:
         steps, memory = self.schedule.steps, self.schedule.memory.steps
         reused = {src for sm in memory for _, src in sm.allocate if src}
         lines = []
-        if g.inputs:
-            lines.append(f"{', '.join(b.name for b in g.inputs)}, = args")
+        if g.inputs or g.size_inputs:
+            lines.append(f"{', '.join(argument_names(g))}, = args")
         lines.append("args.clear()   # each input lives until its last use (below), not the whole call")
+        lines.extend(size_bindings(g))
         k = 0
         while k < len(steps):
             seg = self.module.segment_of_step.get(k)
@@ -82,7 +85,7 @@ class HostWriter:
                     if src is not None:
                         aliased.append(src)
             if seg is not None:
-                ptrs = ", ".join(self.pointer(b) for b in seg.buffers)
+                ptrs = ", ".join([self.pointer(b) for b in seg.buffers] + seg.sizes)
                 lines.append(f"{seg.name}({ptrs})  # {', '.join(s.name for s in seg.steps)}")
             else:
                 lines.append(self.aten.extern_line(steps[k].buffer))
@@ -106,8 +109,10 @@ class HostWriter:
         out.append(f"\nCPP_SOURCE = {self.module.source!r}\n")
         out.append(f"KERNELS = {list(self.module.kernels)!r}\n")
         out.append("\ndef make_call(lib):")
+        out.extend("    " + line for line in guard_imports(self.schedule.graph))
         for seg in self.module.segments:
-            out.append(f"    {seg.name} = pointer_function(lib.{seg.name}, {len(seg.buffers)})")
+            sizes = f", {len(seg.sizes)}" if seg.sizes else ""
+            out.append(f"    {seg.name} = pointer_function(lib.{seg.name}, {len(seg.buffers)}{sizes})")
         out.append("")
         out.append("    def call(args):")
         out.extend("        " + line for line in body)

@@ -16,19 +16,24 @@ from __future__ import annotations
 
 import collections
 
+import sympy
+
 from ...lowering.ir import ExternBuffer, Layout, TensorArg
 from ...schedule.scheduler import Schedule
 
 
 def layout_key(layout: Layout) -> tuple:
-    return (tuple(int(s) for s in layout.shape), tuple(int(s) for s in layout.stride), int(layout.offset))
+    """Shape, strides and offset as expressions (numbers for static sizes), to compare and hash."""
+    return (tuple(sympy.expand(s) for s in layout.shape), tuple(sympy.expand(s) for s in layout.stride),
+            sympy.expand(layout.offset))
 
 
-def extent(layout: Layout) -> int:
+def extent(layout: Layout):
     """Elements of storage a tensor of this layout spans from its storage's start."""
-    if any(int(s) == 0 for s in layout.shape):
-        return 0
-    return int(layout.offset) + 1 + sum((int(n) - 1) * int(s) for n, s in zip(layout.shape, layout.stride))
+    if any(s == 0 for s in layout.shape):
+        return sympy.Integer(0)
+    return sympy.expand(layout.offset + 1 + sum(((n - 1) * s for n, s in zip(layout.shape, layout.stride)),
+                                                sympy.Integer(0)))
 
 
 def tensor_args(value):
@@ -79,7 +84,7 @@ def host_layouts(schedule: Schedule) -> dict:
         layout = examples[key]
         own = by_name[root].layout
         # the same storage, from its start: kernels index it as they always do
-        if int(layout.offset) == 0 and extent(layout) == extent(own):
+        if layout.offset == 0 and extent(layout) == extent(own):
             layouts[root] = layout
     for name, root in roots.items():
         layouts[name] = layouts[root]
@@ -89,5 +94,5 @@ def host_layouts(schedule: Schedule) -> dict:
 def is_transpose(layout: Layout, of: Layout) -> bool:
     """``layout`` is ``of.t()``: a 2-D layout with its dims swapped, at the same offset."""
     return (len(of.shape) == 2 and layout_key(layout) ==
-            (tuple(int(s) for s in reversed(of.shape)), tuple(int(s) for s in reversed(of.stride)),
-             int(of.offset)))
+            (tuple(sympy.expand(s) for s in reversed(of.shape)), tuple(sympy.expand(s) for s in reversed(of.stride)),
+             sympy.expand(of.offset)))

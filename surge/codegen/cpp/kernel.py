@@ -24,9 +24,10 @@ import sympy
 import torch
 
 from ...lowering.reductions import HIGHEST, ONE, ZERO, ReductionKind, reduction_kind
+from ...lowering.size_vars import SizeVars
 from ...lowering.sizes import index_below, index_symbol
 from ...lowering.values import Constant, IndexValue, Load, Masked, Op, op_count
-from ..common import KernelPlan, format_index, layout_span
+from ..common import KernelPlan, format_index, layout_span, plan_size_symbols
 from .affine_index import affine_index
 from .column_reduction import generate_columns, wants_columns
 from .column_sums import ColumnSums
@@ -78,18 +79,27 @@ class CppKernel:
     is_reduction: bool
     parallel: bool
     vector16: bool = False   # has explicit vector loops: the module needs vector16.HELPERS
+    size_args: list = dataclasses.field(default_factory=list)   # size symbols, parameters after the pointers
 
 
 class CppKernelWriter:
-    def __init__(self, plan: KernelPlan, buffers: dict, name: str, shared: frozenset = frozenset()):
+    def __init__(self, plan: KernelPlan, buffers: dict, name: str, shared: frozenset = frozenset(),
+                 sizes: SizeVars | None = None):
         self.plan = plan
         self.buffers = buffers
         self.name = name
         self.shared = shared   # buffers whose storage another parameter also points into
-        self.xnumel = _as_int(plan.xnumel, name)
-        self.rnumel = _as_int(plan.rnumel, name) if plan.is_reduction else 1
-        self.x_sizes = [_as_int(s, name) for s in plan.x_sizes]
-        self.r_sizes = [_as_int(s, name) for s in plan.r_sizes]
+        sizes = self.sizes = sizes or SizeVars()
+        # Symbolic sizes (function parameters) take the plain loop forms, right for every
+        # size: no vector16 blocks, interleaving, row caches, column tiles or affine
+        # rewrites, which are planned from numbers.
+        self.symbolic = bool(plan_size_symbols(plan)) or not all(
+            sizes.is_static(n) for n in (plan.xnumel, plan.rnumel, *plan.x_sizes, *plan.r_sizes))
+        number = sizes.simplify if self.symbolic else sizes.static
+        self.xnumel = number(plan.xnumel)
+        self.rnumel = number(plan.rnumel) if plan.is_reduction else number(1)
+        self.x_sizes = [number(s) for s in plan.x_sizes]
+        self.r_sizes = [number(s) for s in plan.r_sizes]
         self.loop_sizes = {f"x{k}": n for k, n in enumerate(self.x_sizes)}
         self.loop_sizes.update({f"r{k}": n for k, n in enumerate(self.r_sizes)})
         self._affine: dict = {}
@@ -101,7 +111,10 @@ class CppKernelWriter:
         self.row: Scope | None = None
         self.row_cache: dict[int, str] = {}     # id(value) -> its scratch array (see row_cache.py)
         self.row_cache_written: set = set()
-        self.parallel = self.xnumel * self.rnumel >= PARALLEL_MIN_ELEMENTS
+        self.parallel = self.symbolic or self.xnumel * self.rnumel >= PARALLEL_MIN_ELEMENTS
+        # symbolic sizes: the team wakes at run time only for enough work (OpenMP's if clause)
+        work = c_size(self.xnumel * self.rnumel) if self.symbolic else ""
+        self.parallel_if = f" if({work} >= {PARALLEL_MIN_ELEMENTS})" if self.symbolic else ""
         # "[xi]" when accumulators are per-column arrays (column_reduction.py), else ""
         self.lane = ""
         self.narrow: NarrowLoads | None = None   # bool loads staged per row (narrow_loads.py)
@@ -127,6 +140,8 @@ class CppKernelWriter:
     def affine(self, expr: sympy.Expr) -> sympy.Expr:
         """``expr`` without the divisions that are affine on the loop domain."""
         found = self._affine.get(expr)
+        if found is None and self.symbolic:
+            found = self._affine[expr] = expr
         if found is None:
             r_vars = [s for s in expr.free_symbols if s.name.startswith("r")]
             if r_vars:
@@ -284,13 +299,13 @@ class CppKernelWriter:
             sizes = sizes[:last]
         for k in reversed(range(len(sizes))):
             head = [pragmas[k]] if k in pragmas else []
-            head.append(f"for (int64_t {prefix}{k} = 0; {prefix}{k} < {sizes[k]}; ++{prefix}{k}) {{")
+            head.append(f"for (int64_t {prefix}{k} = 0; {prefix}{k} < {c_size(sizes[k])}; ++{prefix}{k}) {{")
             lines = head + ["    " + line for line in lines] + ["}"]
         outer.lines.extend(lines)
 
     def vector_loop(self, loop: Scope, prefix: str, sizes, members: list, cache_written) -> VectorLoop | None:
         """The vector form of the innermost loop over ``sizes`` storing ``members``, if it has one."""
-        if not sizes or sizes[-1] < LANES:
+        if not sizes or self.symbolic or sizes[-1] < LANES:
             return None
         vector = VectorLoop.build(self, loop, f"{prefix}{len(sizes) - 1}", members, frozenset(cache_written))
         self.vector16 = self.vector16 or vector is not None
@@ -335,11 +350,11 @@ class CppKernelWriter:
             return pragmas
         if self.parallel:
             if innermost_simd and n == 1:
-                pragmas[0] = "#pragma omp parallel for simd schedule(static)"
+                pragmas[0] = f"#pragma omp parallel for simd schedule(static){self.parallel_if}"
                 return pragmas
             outer = n - 1 if innermost_simd else n
             collapse = f" collapse({outer})" if outer > 1 else ""
-            pragmas[0] = f"#pragma omp parallel for{collapse} schedule(static)"
+            pragmas[0] = f"#pragma omp parallel for{collapse} schedule(static){self.parallel_if}"
         if innermost_simd:
             pragmas[n - 1] = pragmas.get(n - 1, "") or "#pragma omp simd"
         return pragmas
@@ -429,7 +444,7 @@ class CppKernelWriter:
         acc = self.acc_dtype(member)
         t = ctype(acc)
         mean, m2 = f"mean_{buf.name}", f"m2_{buf.name}"
-        row.lines.append(f"{t} {mean} = acc_{buf.name} / {t}({self.rnumel});")
+        row.lines.append(f"{t} {mean} = acc_{buf.name} / {t}({c_size(self.rnumel)});")
         row.lines.append(f"{t} {m2} = 0;")
         loop = Scope("rloop", row)
         v = self.emit(loop, member.value).name
@@ -437,14 +452,17 @@ class CppKernelWriter:
         loop.lines.append(f"{m2} += d_{buf.name} * d_{buf.name};")
         self.loop_nest(row, "r", self.r_sizes, loop, self.r_pragmas([(m2, "+")]))
         var = self.tmp()
-        row.lines.append(f"{t} {var} = {m2} / {t}({float(self.rnumel - buf.correction)!r});")
+        if self.symbolic:
+            row.lines.append(f"{t} {var} = {m2} / ({t}({c_size(self.rnumel)}) - {t}({float(buf.correction)!r}));")
+        else:
+            row.lines.append(f"{t} {var} = {m2} / {t}({float(self.rnumel - buf.correction)!r});")
         self.reduced[buf.name] = Emitted(var, buf.acc_dtype)
 
     def r_linear(self) -> str:
         terms, stride = [], 1
         for k in reversed(range(len(self.r_sizes))):
-            terms.append(f"r{k}" if stride == 1 else f"r{k} * {stride}")
-            stride *= self.r_sizes[k]
+            terms.append(f"r{k}" if stride == 1 else f"r{k} * {c_size(stride)}")
+            stride = stride * self.r_sizes[k]
         return " + ".join(reversed(terms)) or "0"
 
     def r_pragmas(self, accs) -> dict:
@@ -455,11 +473,14 @@ class CppKernelWriter:
             return {}
         clauses = " ".join(f"reduction({op}:{name})" for name, op in accs)
         whole_row_parallel = self.parallel and not self.x_sizes and len(self.r_sizes) == 1
-        head = "#pragma omp parallel for simd schedule(static)" if whole_row_parallel else "#pragma omp simd"
+        head = (f"#pragma omp parallel for simd schedule(static){self.parallel_if}" if whole_row_parallel
+                else "#pragma omp simd")
         return {len(self.r_sizes) - 1: f"{head} {clauses}".rstrip()}
 
     def plan_row_cache(self, row: Scope, row_stores: list) -> None:
         """Declare the scratch arrays of values that several passes over the row need."""
+        if self.symbolic:   # a scratch row needs its length in numbers
+            return
         passes = [[m.value for m in self.plan.members if m.role in ("reduction", "column") and m.stage == stage]
                   for stage in range(self.plan.num_stages)]
         passes.append([m.value for m in row_stores] +
@@ -482,18 +503,18 @@ class CppKernelWriter:
             vector = self.vector_loop(body, "x", self.x_sizes, stored, ())
             if vector is not None and len(self.x_sizes) == 1:
                 self.blocked_x_loop(top, body, vector)
-            elif vector is None and interleaves(self.x_sizes, self.plan.members, body.lines):
+            elif vector is None and not self.symbolic and interleaves(self.x_sizes, self.plan.members, body.lines):
                 self.interleaved_x_loop(top, body)
             else:
                 self.loop_nest(top, "x", self.x_sizes, body, self.x_pragmas(innermost_simd=True), vector)
             return self.finish(top)
-        columns = ColumnSums(self) if ColumnSums.applies(self) else None
-        if columns is None and wants_columns(self):
+        columns = ColumnSums(self) if not self.symbolic and ColumnSums.applies(self) else None
+        if columns is None and not self.symbolic and wants_columns(self):
             generate_columns(self, top)
             return self.finish(top)
         row = Scope("row", top)
         self.row = row
-        if NarrowLoads.applies(self):
+        if not self.symbolic and NarrowLoads.applies(self):
             self.narrow = NarrowLoads(self)
         row_stores = [m for m in self.plan.members if m.stored and m.role == "xr"]
         self.plan_row_cache(row, row_stores)
@@ -528,7 +549,7 @@ class CppKernelWriter:
             if m.stored and m.role in ("reduction", "x"):
                 self.store(row, m)
         self.parallel = self.parallel and (len(self.x_sizes) > 0 or len(self.r_sizes) == 1)
-        pragmas = self.x_pragmas(innermost_simd=False) if self.xnumel > 1 else {}
+        pragmas = self.x_pragmas(innermost_simd=False) if self.symbolic or self.xnumel > 1 else {}
         if columns is not None:
             columns.wrap(top, row, pragmas)
         else:
@@ -543,11 +564,14 @@ class CppKernelWriter:
             # shares storage with it: no __restrict__ promise for either pointer
             restrict = "" if buffer in self.shared else "__restrict__ "
             params.append(f"{'' if out else 'const '}{t}* {restrict}{self.pointer_of[buffer]}")
+        body = "\n".join(top.lines)   # the size symbols the code reads: parameters after the pointers
+        symbols = [s.name for s in plan_size_symbols(self.plan) if re.search(rf"\b{s.name}\b", body)]
+        params += [f"int64_t {name}" for name in symbols]
         lines = [f"static void {self.name}({', '.join(params)}) {{"]
         lines += ["    " + line for line in top.lines]
         lines.append("}")
         return CppKernel(self.name, "\n".join(lines) + "\n", list(self.params), self.plan.is_reduction,
-                         self.parallel, self.vector16)
+                         self.parallel, self.vector16, symbols)
 
 
 # A 1-D pointwise kernel computing at least INTERLEAVE_MIN_OPS ops per element, over at
@@ -585,13 +609,11 @@ def _has_r(expr) -> bool:
     return any(s.name.startswith("r") for s in expr.free_symbols)
 
 
-def _as_int(expr, kernel: str) -> int:
-    try:
-        return int(expr)
-    except TypeError:
-        raise NotImplementedError(f"kernel {kernel}: symbolic size {expr} (the cpp backend needs "
-                                  "static shapes)") from None
+def c_size(n) -> str:
+    """A size in C: a number, or an expression of the kernel's size parameters."""
+    return c_index(n) if isinstance(n, sympy.Expr) else str(n)
 
 
-def generate_cpp_kernel(plan: KernelPlan, buffers: dict, name: str, shared: frozenset = frozenset()) -> CppKernel:
-    return CppKernelWriter(plan, buffers, name, shared).generate()
+def generate_cpp_kernel(plan: KernelPlan, buffers: dict, name: str, shared: frozenset = frozenset(),
+                        sizes: SizeVars | None = None) -> CppKernel:
+    return CppKernelWriter(plan, buffers, name, shared, sizes).generate()

@@ -29,6 +29,7 @@ class Segment:
     name: str
     steps: list          # KernelGroup, in order
     buffers: list        # buffer names, in parameter order
+    sizes: list = dataclasses.field(default_factory=list)   # size symbols, parameters after the buffers
 
 
 @dataclasses.dataclass
@@ -73,31 +74,36 @@ def generate_cpp_module(schedule: Schedule, prefix: str = "") -> CppModule:
     kernels: dict[str, CppKernel] = {}
     parts = []
     segments = []
-    def close(steps, params, calls):
-        seg = Segment(f"{prefix}segment_{len(segments)}", steps, params)
+
+    def close(steps, params, size_params, calls):
+        size_params = sorted(size_params)
+        seg = Segment(f"{prefix}segment_{len(segments)}", steps, params, size_params)
         segments.append(seg)
-        head = ", ".join(f"void* p{j}" for j in range(len(params)))
+        head = ", ".join([f"void* p{j}" for j in range(len(params))] + [f"int64_t {n}" for n in size_params])
         parts.append(f'extern "C" void {seg.name}({head}) {{\n' + "\n".join(calls) + "\n}\n")
 
     for run in _segments(schedule):
-        steps, params, calls = [], [], []
+        steps, params, size_params, calls = [], [], [], []
         for step in run:
             kernel = generate_cpp_kernel(prepare_kernel(step), buffers, f"{prefix}cpp_{step.name}",
-                                         _in_place_pairs(schedule.memory.steps[step.index]))
+                                         _in_place_pairs(schedule.memory.steps[step.index]), schedule.graph.sizes)
             kernels[kernel.name] = kernel
             parts.append(kernel.source)
-            if steps and len(set(params) | {b for b, _ in kernel.params}) > MAX_SEGMENT_POINTERS:
-                close(steps, params, calls)   # ctypes calls take at most 1024 arguments
-                steps, params, calls = [], [], []
+            arguments = (len(set(params) | {b for b, _ in kernel.params})
+                         + len(set(size_params) | set(kernel.size_args)))
+            if steps and arguments > MAX_SEGMENT_POINTERS:
+                close(steps, params, size_params, calls)   # ctypes calls take at most 1024 arguments
+                steps, params, size_params, calls = [], [], [], []
             args = []
             for buffer, out in kernel.params:
                 if buffer not in params:
                     params.append(buffer)
                 t = storage_type(buffers[buffer].dtype)
                 args.append(f"static_cast<{'' if out else 'const '}{t}*>(p{params.index(buffer)})")
-            calls.append(f"    {kernel.name}({', '.join(args)});")
+            size_params.extend(n for n in kernel.size_args if n not in size_params)
+            calls.append(f"    {kernel.name}({', '.join(args + kernel.size_args)});")
             steps.append(step)
-        close(steps, params, calls)
+        close(steps, params, size_params, calls)
     if any(kernel.vector16 for kernel in kernels.values()):
         parts.insert(0, vector16.HELPERS)
     first = {seg.steps[0].index: seg for seg in segments}

@@ -17,19 +17,23 @@ buffer needs it. ``bench/triton_sass.py`` counts what this costs per element on 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import sympy
 import torch
 
 from ...lowering.reductions import HIGHEST, ONE, ZERO, ReductionKind, reduction_kind
+from ...lowering.size_vars import SizeVars, static_int
 from ...lowering.sizes import linear_coefficient
-from ...lowering.values import Constant, IndexValue, Load, Masked, Op, cast_scalar
+from ...lowering.values import Constant, IndexValue, Load, Masked, Op, cast_scalar, walk
 from ...runtime.triton_mode import interpreting
-from ..common import KernelPlan, format_index, layout_span
+from ..common import KernelPlan, format_index, layout_span, plan_size_symbols
 from .functions import functions_called
 from .ops import COSTLY_OPS, OP_RULES, POINTER_TYPES, cast_expr, compute_dtype, literal, triton_dtype
 
 INT32_LIMIT = 2**31 - 1
+# The most elements one Triton block holds (TRITON_MAX_TENSOR_NUMEL).
+TRITON_MAX_BLOCK = 2**20
 # Column reductions with up to this many elements per column keep the whole column in
 # one tile (the second stage of a split column reduction); longer ones loop over r.
 COLUMN_PERSISTENT_LIMIT = 64
@@ -50,11 +54,16 @@ class KernelSource:
     params: list                # (param name, buffer name or None, signature type)
     is_reduction: bool
     persistent: bool
-    xnumel: int
-    rnumel: int
+    xnumel: object              # an int; for symbolic sizes the expression's Python text
+    rnumel: object
     index_bits: int
     costly_ops: int = 0         # transcendental ops per element (launch configs weigh compute)
     column: bool = False        # a reduction whose loads run along x (launch configs tile x wide)
+    # symbolic sizes: what the host code passes after the pointers (the size symbols the
+    # kernel reads, then xnumel and rnumel) as Python expressions; empty for static sizes,
+    # whose launchers bind the numbers
+    size_args: list = dataclasses.field(default_factory=list)
+    size_hints: list = dataclasses.field(default_factory=list)   # the size arguments at the example inputs
 
 
 class Scope:
@@ -67,18 +76,26 @@ class Scope:
 
 
 class TritonKernelWriter:
-    def __init__(self, plan: KernelPlan, buffers: dict, name: str, persistent_limit: int):
+    def __init__(self, plan: KernelPlan, buffers: dict, name: str, persistent_limit: int, sizes: SizeVars):
         self.plan = plan
         self.buffers = buffers
         self.name = name
-        self.xnumel = int(plan.xnumel)
-        self.rnumel = int(plan.rnumel) if plan.is_reduction else 1
+        self.sizes = sizes
+        self.xnumel = sizes.simplify(plan.xnumel)
+        self.rnumel = sizes.simplify(plan.rnumel) if plan.is_reduction else sympy.Integer(1)
+        self.symbolic = bool(self.xnumel.free_symbols or self.rnumel.free_symbols or plan_size_symbols(plan))
         self.reduction = plan.is_reduction
-        self.persistent = self.reduction and next_power_of_2(self.rnumel) <= persistent_limit
         self.column = self.reduction and reads_along_x(plan)
-        if self.column and next_power_of_2(self.rnumel) > COLUMN_PERSISTENT_LIMIT:
-            self.persistent = False
-        self.whole_rows = self.persistent and self.rnumel == next_power_of_2(self.rnumel)
+        limit = min(COLUMN_PERSISTENT_LIMIT, persistent_limit) if self.column else persistent_limit
+        tile_limit = 1 << max(0, limit.bit_length() - 1)   # the largest power of 2 within it
+        # A symbolic row length decides at its hint: a persistent kernel's RBLOCK is chosen
+        # at launch from the row's real length (launcher.py), right for any row that fits
+        # one Triton block (guarded); a longer row than the hint's only runs slower.
+        self.persistent = self.reduction and sizes.size_hint(self.rnumel) <= tile_limit and (
+            sizes.is_static(self.rnumel) or sizes.guard_leq(self.rnumel, TRITON_MAX_BLOCK))
+        # a tile of exactly one row needs no r mask: only a row of one known power-of-2 length
+        static_rows = sizes.static(self.rnumel)
+        self.whole_rows = self.persistent and static_rows == next_power_of_2(sizes.size_hint(self.rnumel))
         self.index_bits = 64 if self._needs_int64() else 32
         self.params: list = []
         self.pointer_of: dict[str, str] = {}
@@ -90,13 +107,18 @@ class TritonKernelWriter:
         self.body: list[str] = []
 
     def _needs_int64(self) -> bool:
-        sizes = [self.xnumel * self.rnumel]
+        """64-bit indices when an index can pass int32's range; for symbolic sizes, decided
+        at the hints and guarded (a larger size than the guard allows compiles again)."""
+        extents = [self.xnumel * self.rnumel]
         for m in self.plan.members:
-            sizes.append(_extent(self.buffers[m.buffer.name]))
+            extents.append(_extent(self.buffers[m.buffer.name]))
             for v in _walk_loads(m.value):
                 if v.buffer in self.buffers and self.plan.member(v.buffer) is None:
-                    sizes.append(_extent(self.buffers[v.buffer]))
-        return max(sizes) > INT32_LIMIT
+                    extents.append(_extent(self.buffers[v.buffer]))
+        static = [self.sizes.static(e) for e in extents]
+        if any(n is not None and n > INT32_LIMIT for n in static):
+            return True
+        return not all(self.sizes.guard_leq(e, INT32_LIMIT) for e, n in zip(extents, static) if n is None)
 
     # -- names -----------------------------------------------------------------
     def tmp(self) -> str:
@@ -173,7 +195,7 @@ class TritonKernelWriter:
         if isinstance(v, IndexValue):
             uses_r = any(s.name.startswith("r") for s in v.expr.free_symbols)
             if not v.expr.free_symbols:
-                return Emitted(str(int(v.expr)), v.dtype, False, True)
+                return Emitted(format_index(v.expr), v.dtype, False, True)
             text = format_index(v.expr)
             if v.dtype != torch.int64 or self.index_bits == 32:
                 text = f"({text}).to({triton_dtype(compute_dtype(v.dtype))})"
@@ -325,10 +347,10 @@ class TritonKernelWriter:
         elif kind.tracks_index:
             expr = f"tl.arg{kind.combine}({masked}, 1)[:, None].to(tl.int64)"
         elif kind.combine == "moments":   # two passes over the tile: the mean, the squared deviations
-            mean = self.assign(scope, f"tl.sum({masked}, 1)[:, None] / {self.rnumel}")
+            mean = self.assign(scope, f"tl.sum({masked}, 1)[:, None] / {self.row_length()}")
             dev = f"{body} - {mean}" if lanes is None else f"tl.where({lanes}, {body} - {mean}, 0.0)"
             dev = self.assign(scope, dev)
-            expr = f"tl.sum({dev} * {dev}, 1)[:, None] / {float(self.rnumel - buf.correction)}"
+            expr = f"tl.sum({dev} * {dev}, 1)[:, None] / {self.row_length(buf.correction)}"
         else:
             expr = self.row_combine(kind, masked, acc)
         self.reduced[buf.name] = Emitted(self.assign(scope, expr), kind.result_dtype(buf.acc_dtype), False, False)
@@ -398,22 +420,29 @@ class TritonKernelWriter:
         elif kind.combine == "moments":
             m2 = self.tmp()
             outer.lines.append(f"_, {m2}, _ = tl.reduce(({accs[0]}, {accs[1]}, {accs[2]}), 1, _welford_combine)")
-            expr = f"{m2}[:, None] / {float(self.rnumel - buf.correction)}"
+            expr = f"{m2}[:, None] / {self.row_length(buf.correction)}"
         else:
             expr = self.row_combine(kind, accs[0], buf.acc_dtype)
         self.reduced[buf.name] = Emitted(self.assign(outer, expr), kind.result_dtype(buf.acc_dtype), False, False)
 
+    def row_length(self, correction: float | None = None) -> str:
+        """The row's length (less a variance's correction, as a float) in kernel code: a
+        literal for a static size, else the ``rnumel`` argument."""
+        static = self.sizes.static(self.rnumel)
+        if correction is None:
+            return str(static) if static is not None else "rnumel"
+        return str(float(static - correction)) if static is not None else f"(rnumel - {float(correction)})"
+
     # -- the kernel ----------------------------------------------------------------
     def index_setup(self, scope: Scope, prefix: str, sizes) -> None:
-        sizes = [int(s) for s in sizes]
         base = "xindex" if prefix == "x" else "rindex"
-        stride = 1
+        stride = sympy.Integer(1)
         for k in reversed(range(len(sizes))):
-            expr = base if stride == 1 else f"({base} // {stride})"
+            expr = base if stride == 1 else f"({base} // {_size_operand(stride)})"
             if k > 0:
-                expr = f"{expr} % {sizes[k]}"
+                expr = f"{expr} % {_size_operand(sizes[k])}"
             scope.lines.append(f"{prefix}{k} = {expr}")
-            stride *= sizes[k]
+            stride = stride * sizes[k]
 
     def r_setup(self, scope: Scope, offset: str) -> None:
         scope.lines.append(f"rindex = {offset}rbase")
@@ -482,16 +511,27 @@ class TritonKernelWriter:
 
     def finish(self, top: Scope) -> KernelSource:
         params = [p[0] for p in self.params]
-        sizes = ["xnumel"] + (["rnumel"] if self.reduction else [])
+        body = "\n".join(top.lines)   # the size symbols the code reads (xnumel may cover the others)
+        read = [s for s in plan_size_symbols(self.plan) if re.search(rf"\b{s.name}\b", body)] if self.symbolic else []
+        symbols = [s.name for s in read]
+        sizes = symbols + ["xnumel"] + (["rnumel"] if self.reduction else [])
         consts = ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.reduction else [])
         int_sig = "i64" if self.index_bits == 64 else "i32"
         all_params = list(self.params) + [(s, None, int_sig) for s in sizes]
         head = f"def {self.name}({', '.join(params + sizes + consts)}):"
         lines = ["@triton.jit", head] + ["    " + line for line in top.lines]
         source = "\n".join(lines) + "\n"
+        numels = [self.xnumel] + ([self.rnumel] if self.reduction else [])
+        if self.symbolic:
+            xnumel, rnumel = format_index(self.xnumel), format_index(self.rnumel)
+            size_args = symbols + [format_index(n) for n in numels]
+            hints = [self.sizes.hint(n) for n in read + numels]
+        else:
+            xnumel, rnumel = self.sizes.static(self.xnumel), self.sizes.static(self.rnumel)
+            size_args, hints = [], []
         return KernelSource(self.name, source, functions_called(source), all_params,
-                            self.reduction, self.persistent, self.xnumel, self.rnumel, self.index_bits,
-                            self.costly_ops, self.column)
+                            self.reduction, self.persistent, xnumel, rnumel, self.index_bits,
+                            self.costly_ops, self.column, size_args, hints)
 
 
 def _constant_of(v):
@@ -500,17 +540,23 @@ def _constant_of(v):
     if isinstance(v, Constant):
         return v.value
     if isinstance(v, IndexValue) and not v.expr.free_symbols:
-        return int(v.expr)
+        return static_int(v.expr)
     return None
 
 
+def _size_operand(n: sympy.Expr) -> str:
+    """A size as the right operand of ``//`` or ``%`` (parenthesized unless one term)."""
+    text = format_index(n)
+    return text if n.is_Atom else f"({text})"
+
+
 def next_power_of_2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
+    return 1 << max(0, (n - 1).bit_length())
 
 
-def _extent(buf) -> int:
+def _extent(buf) -> sympy.Expr:
     """Elements spanned by a buffer's layout (its largest reachable offset + 1)."""
-    return int(buf.layout.offset) + layout_span(buf.layout)
+    return buf.layout.offset + layout_span(buf.layout)
 
 
 def reads_along_x(plan: KernelPlan) -> bool:
@@ -544,10 +590,9 @@ def _symbol_named(expr, name: str):
 
 
 def _walk_loads(value):
-    from ...lowering.values import walk
     return [v for v in walk(value) if isinstance(v, Load)]
 
 
 def generate_triton_kernel(plan: KernelPlan, buffers: dict, name: str,
-                           persistent_limit: int = 8192) -> KernelSource:
-    return TritonKernelWriter(plan, buffers, name, persistent_limit).generate()
+                           persistent_limit: int = 8192, sizes: SizeVars | None = None) -> KernelSource:
+    return TritonKernelWriter(plan, buffers, name, persistent_limit, sizes or SizeVars()).generate()

@@ -75,7 +75,8 @@ def generate_module(schedule: Schedule, persistent_limit: int = 8192, compile_wo
         if not isinstance(step, KernelGroup):
             continue
         plan = prepare_kernel(step)
-        ks = generate_triton_kernel(plan, buffers, kernel_function_name(step.name), persistent_limit)
+        ks = generate_triton_kernel(plan, buffers, kernel_function_name(step.name), persistent_limit,
+                                    schedule.graph.sizes)
         name = "triton_" + step.name
         kernels[name] = ks
         text = kernel_file_text(ks.source, ks.helpers)
@@ -84,6 +85,8 @@ def generate_module(schedule: Schedule, persistent_limit: int = 8192, compile_wo
         meta[name] = dict(file=key, function=ks.name, xnumel=ks.xnumel, rnumel=ks.rnumel,
                           reduction=ks.is_reduction, persistent=ks.persistent, index_bits=ks.index_bits,
                           costly_ops=ks.costly_ops, column=ks.column, signature={p: t for p, _, t in ks.params})
+        if ks.size_args:   # sizes are arguments: numbers, grid and config come with each call
+            meta[name].update(symbolic=True, size_hints=ks.size_hints)
     if schedule.graph.device.type == "cuda" and not interpreting():
         # kernels compile when the module is loaded: start the workers while it is written
         compile_pool.start_workers(len(files), compile_workers)
@@ -93,7 +96,8 @@ def generate_module(schedule: Schedule, persistent_limit: int = 8192, compile_wo
     parts.append("kernels = load_kernels(KERNEL_FILES, KERNELS, __file__)")
     parts.extend(f"{name} = kernels[{name!r}]" for name in kernels)
     parts.append(WRAPPER_MARK)
-    launch_args = {name: [buf for _, buf, _ in ks.params if buf is not None] for name, ks in kernels.items()}
+    launch_args = {name: ([buf for _, buf, _ in ks.params if buf is not None], ks.size_args)
+                   for name, ks in kernels.items()}
     parts.append(generate_wrapper(schedule, launch_args))
     return "\n".join(parts), kernels
 
