@@ -219,7 +219,14 @@ class DeviceMetaTensor(torch.Tensor):
                 return v.meta
             return v
 
-        out = func(*torch.utils._pytree.tree_map(unwrap, args), **torch.utils._pytree.tree_map(unwrap, kwargs or {}))
+        args, kwargs = torch.utils._pytree.tree_map(unwrap, (args, kwargs or {}))
+        requested = kwargs.get("device")
+        if requested is not None and torch.device(requested).type != "meta":
+            # An op that moves or makes a tensor on a device (``_to_copy`` of ``type_as``,
+            # ``new_zeros``): metadata that reports that device, never a copy out of meta.
+            device = torch.device(requested)
+            kwargs = {**kwargs, "device": META}
+        out = func(*args, **kwargs)
         return torch.utils._pytree.tree_map(
             lambda v: DeviceMetaTensor(v, device) if isinstance(v, torch.Tensor) and v.device.type == "meta" else v, out)
 
