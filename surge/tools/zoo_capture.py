@@ -178,10 +178,25 @@ def capture_one(compiler, instance, expected, reference, inputs, check_inputs) -
     return capture
 
 
+def in_low_precision(instance: workloads.Instance, dtype) -> workloads.Instance:
+    """An inference instance with its weights and floating inputs in ``dtype`` (as the
+    zoo runs inference on CUDA), judged against float32; training unchanged."""
+    if instance.training or dtype is None or instance.dtype == dtype:
+        return instance
+    make_inputs = instance.make_inputs
+
+    def cast_inputs(seed):
+        return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                     for t in make_inputs(seed))
+
+    return dataclasses.replace(instance, target=instance.target.to(dtype), make_inputs=cast_inputs, dtype=dtype)
+
+
 def capture_workload(name: str, *, device: str = "cpu", scale: str = "quick", autocast=torch.bfloat16,
-                     backend: str = "aot_eager", contenders=("surge", "torch.compile")) -> CaptureRow:
-    return capture_instance(name, lambda: workloads.build(name, device, scale), autocast=autocast,
-                            backend=backend, contenders=contenders)
+                     inference_dtype=None, backend: str = "aot_eager",
+                     contenders=("surge", "torch.compile")) -> CaptureRow:
+    return capture_instance(name, lambda: in_low_precision(workloads.build(name, device, scale), inference_dtype),
+                            autocast=autocast, backend=backend, contenders=contenders)
 
 
 def capture_instance(name: str, build, *, autocast=torch.bfloat16, backend: str = "aot_eager",
@@ -243,6 +258,8 @@ def main(argv=None) -> int:
     p.add_argument("--scale", default="quick", choices=workloads.SCALES)
     p.add_argument("--backend", default="aot_eager", help="the backend of both compilers (default aot_eager)")
     p.add_argument("--no-autocast", action="store_true", help="training rows in float32, without autocast")
+    p.add_argument("--bf16-inference", action="store_true",
+                   help="inference rows in bfloat16 (weights and inputs), as the zoo runs them on CUDA")
     p.add_argument("--contenders", default="surge,torch.compile")
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
@@ -253,6 +270,7 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         row = capture_workload(name, device=args.device, scale=args.scale, backend=args.backend,
                                autocast=None if args.no_autocast else torch.bfloat16,
+                               inference_dtype=torch.bfloat16 if args.bf16_inference else None,
                                contenders=tuple(c for c in args.contenders.split(",") if c))
         rows.append(row)
         print(format_rows([row], reasons=False).splitlines()[-1], f"  [{time.perf_counter() - start:.0f}s]",
