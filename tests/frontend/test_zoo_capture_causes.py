@@ -84,3 +84,21 @@ def test_type_as_inside_autocast_with_grad_is_captured():
         torch.testing.assert_close(grad, expected_grad)
     assert _counts(before) == ONE_GRAPH
 
+
+
+def _offsets(x):
+    return (x @ x.t() + x.new_tensor([1.0, 2.0, 3.0, 4.0])).float().sum()
+
+
+def test_new_tensor_inside_autocast_is_captured():
+    # new_tensor copies Python data to the reported device without dispatching on its
+    # tensor: the metadata run got a real tensor back, which then met meta tensors.
+    compiled, _ = compile_strict(_offsets)
+    before = dict(surge.counters)
+    for seed in range(2):
+        x = torch.randn(4, 4, generator=torch.Generator().manual_seed(seed), requires_grad=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out, expected = compiled(x), _offsets(x)
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(torch.autograd.grad(out, x)[0], torch.autograd.grad(expected, x)[0])
+    assert _counts(before) == ONE_GRAPH

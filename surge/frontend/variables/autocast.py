@@ -321,6 +321,14 @@ def _to_meta(value):
             # made below autograd, gets the same leafness.
             meta = _requiring_grad(meta.detach, leaf=value.grad_fn is None)
         return meta
+    if isinstance(value, torch.Tensor) and value.device.type != "meta":
+        # A tensor made from Python data on the reported device (``x.new_tensor([...])``
+        # copies its data there without dispatching on ``x``): the graph makes it again
+        # at run time, capture keeps its metadata.
+        def meta_like():
+            return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=META)
+
+        return _requiring_grad(meta_like, leaf=value.grad_fn is None) if value.requires_grad else meta_like()
     if isinstance(value, (tuple, list)) and not isinstance(value, torch.Size):
         items = [_to_meta(v) for v in value]
         return type(value)(*items) if hasattr(type(value), "_fields") else type(value)(items)
