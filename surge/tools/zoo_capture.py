@@ -41,6 +41,7 @@ class Capture:
     matches: bool | None = None
     max_error: float | None = None
     error: str | None = None
+    seconds: float | None = None            # compile and both calls, wall time
 
     @property
     def summary(self) -> str:
@@ -160,6 +161,7 @@ def judged(actual, expected, reference) -> tuple[list, list, list]:
 
 def capture_one(compiler, instance, expected, reference, inputs, check_inputs) -> Capture:
     capture = Capture()
+    start = time.perf_counter()
     try:
         target = instance.fresh_target()
         compiled = compiler.compile(target)
@@ -175,6 +177,7 @@ def capture_one(compiler, instance, expected, reference, inputs, check_inputs) -
         if os.environ.get("SURGE_BENCH_TRACEBACK"):
             traceback.print_exc()
         capture.error = short_error(e)
+    capture.seconds = time.perf_counter() - start
     return capture
 
 
@@ -232,15 +235,18 @@ def format_rows(rows: list[CaptureRow], reasons: bool = True) -> str:
             return f"error: {c.error[:60]}"
         return ("ok" if c.matches else "DIFFERS") + (f" ({c.max_error:.1e})" if c.max_error is not None else "")
 
-    header = ("workload", "surge g/b", "tc g/b", "surge result", "tc result", "")
+    def seconds(c: Capture | None) -> str:
+        return f"{c.seconds:.1f}" if c is not None and c.seconds is not None else "-"
+
+    header = ("workload", "surge g/b", "tc g/b", "surge result", "tc result", "s / tc s", "")
     lines = [header]
     for row in rows:
         if row.surge is None and row.torch_compile is None:
-            lines.append((row.name, "-", "-", row.message[:70], "", ""))
+            lines.append((row.name, "-", "-", row.message[:70], "", "", ""))
             continue
         s, t = row.surge, row.torch_compile
         lines.append((row.name, s.summary if s else "-", t.summary if t else "-", match(s), match(t),
-                      "<< worse" if row.worse_than_torch_compile else ""))
+                      f"{seconds(s)} / {seconds(t)}", "<< worse" if row.worse_than_torch_compile else ""))
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
     text = ["  ".join(str(v).ljust(w) for v, w in zip(line, widths)).rstrip() for line in lines]
     if reasons:
