@@ -102,3 +102,17 @@ def test_new_tensor_inside_autocast_is_captured():
         torch.testing.assert_close(out, expected)
         torch.testing.assert_close(torch.autograd.grad(out, x)[0], torch.autograd.grad(expected, x)[0])
     assert _counts(before) == ONE_GRAPH
+
+
+def test_id_of_none_is_a_guarded_constant():
+    # torch.utils.checkpoint keys a dict by id(None); None is one object per process.
+    def f(x, seen):
+        return x + (1 if seen.get(id(None)) else 2)
+
+    compiled, _ = compile_strict(f)
+    before = dict(surge.counters)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x, {id(None): True}), x + 1)
+    torch.testing.assert_close(compiled(x, {}), x + 2)  # another dict: its keys are guarded
+    counts = _counts(before)
+    assert counts["graph_breaks"] == 0 and counts["fallbacks"] == 0
