@@ -219,7 +219,14 @@ class DeviceMetaTensor(torch.Tensor):
                 return v.meta
             return v
 
-        out = func(*torch.utils._pytree.tree_map(unwrap, args), **torch.utils._pytree.tree_map(unwrap, kwargs or {}))
+        args, kwargs = torch.utils._pytree.tree_map(unwrap, (args, kwargs or {}))
+        requested = kwargs.get("device")
+        if requested is not None and torch.device(requested).type != "meta":
+            # An op that moves or makes a tensor on a device (``_to_copy`` of ``type_as``,
+            # ``new_zeros``): metadata that reports that device, never a copy out of meta.
+            device = torch.device(requested)
+            kwargs = {**kwargs, "device": META}
+        out = func(*args, **kwargs)
         return torch.utils._pytree.tree_map(
             lambda v: DeviceMetaTensor(v, device) if isinstance(v, torch.Tensor) and v.device.type == "meta" else v, out)
 
@@ -314,6 +321,14 @@ def _to_meta(value):
             # made below autograd, gets the same leafness.
             meta = _requiring_grad(meta.detach, leaf=value.grad_fn is None)
         return meta
+    if isinstance(value, torch.Tensor) and value.device.type != "meta":
+        # A tensor made from Python data on the reported device (``x.new_tensor([...])``
+        # copies its data there without dispatching on ``x``): the graph makes it again
+        # at run time, capture keeps its metadata.
+        def meta_like():
+            return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=META)
+
+        return _requiring_grad(meta_like, leaf=value.grad_fn is None) if value.requires_grad else meta_like()
     if isinstance(value, (tuple, list)) and not isinstance(value, torch.Size):
         items = [_to_meta(v) for v in value]
         return type(value)(*items) if hasattr(type(value), "_fields") else type(value)(items)

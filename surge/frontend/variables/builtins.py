@@ -230,6 +230,14 @@ def adopt_dynamo_graph_break(value) -> bool:
 def _id(tx, obj):
     """The id of an object read from the inputs: a constant, under a guard on that id
     (another object at the source is a recompile). Objects the trace makes have no id yet."""
+    if obj.is_constant() and any(obj.as_constant() is v for v in _SINGLETONS):
+        # One object per process: its id is a constant of this process, guarded so that a
+        # capture stored on disk is not used with another process's id.
+        value = obj.as_constant()
+        ids = tx.guards.consts.ref(id, "id")
+        tx.guards.add(None, f"{ids}({tx.guards.consts.ref(value, repr(value))}) == {id(value)}",
+                      f"id({value!r}) == {id(value)}")
+        return ConstantVariable(id(value))
     real = _real_object(obj)
     if real is _NO_OBJECT or obj.source is None:
         unsupported(f"id() of {obj}, which the trace made (its id is known only when it runs)")
@@ -238,6 +246,7 @@ def _id(tx, obj):
 
 
 _NO_OBJECT = object()
+_SINGLETONS = (None, True, False, Ellipsis, NotImplemented)
 
 
 def _real_object(var):

@@ -88,6 +88,11 @@ class FunctionVariable(Variable):
         if name == "__code__":
             # Capture inlines this very code object, so reading it assumes nothing more.
             return ConstantVariable(self.code)
+        if name == "__class__":
+            # A function's type cannot be overridden: what ``type(fn)`` gives.
+            from .objects import ClassVariable
+
+            return ClassVariable(self.python_type())
         unsupported(f"attribute {name!r} of function {self.code.co_name}")
 
 
