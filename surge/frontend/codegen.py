@@ -49,9 +49,12 @@ class EntryCodegen:
         return name
 
     def condition(self, guard) -> str:
+        text = guard.condition
+        for token, source in guard.more:
+            text = text.replace(token, self.value_of(source))
         if guard.source is None:
-            return guard.condition
-        text = guard.condition.replace("{v}", self.value_of(guard.source))
+            return text
+        text = text.replace("{v}", self.value_of(guard.source))
         if guard.other is not None:
             text = text.replace("{w}", self.value_of(guard.other))
         return text

@@ -14,6 +14,9 @@ CONSTANT_TYPES = (
     int, float, bool, str, bytes, complex, type(None), type(Ellipsis), type(NotImplemented),
     range, slice, frozenset, torch.dtype, torch.device, torch.layout, torch.memory_format,
     torch.finfo, torch.iinfo, torch.Size,
+    # Symbolic sizes and numbers (dynamic_dims.py): computed with as numbers, guarded by the
+    # shape environment where a decision depends on their value.
+    torch.SymInt, torch.SymFloat, torch.SymBool,
     # Code objects are immutable; a read of ``fn.__code__`` is covered by fn's identity guard.
     types.CodeType,
 )
