@@ -28,7 +28,10 @@ from torch.utils import _pytree as pytree
 from ..errors import Unsupported
 from .cond import COND, trace_cond
 from .functionalize import ViewStep
+from ..frontend.shape_env import is_symbolic
+from ..frontend.symbolic_meta import symbolic_meta
 from .device_layouts import ChannelsLastConvolutions
+from .symbolic_inputs import symbolic_placeholder_meta
 from .tracer import AtenTracer, TracerTensor
 
 
@@ -228,7 +231,7 @@ def _trace(gm, example_inputs, decompose, lift_state, grad_inputs, layouts) -> T
         raise Unsupported(f"graph has {len(placeholders)} inputs, got {len(example_inputs)} example inputs")
     state = module_state(gm)
     flags = list(grad_inputs) if grad_inputs is not None else [False] * (len(placeholders) + len(state))
-    tracers = [tracer.add_input(p.name, v, requires_grad=flags[i])
+    tracers = [tracer.add_input(p.name, v, requires_grad=flags[i], symbolic=symbolic_placeholder_meta(p))
                for i, (p, v) in enumerate(zip(placeholders, example_inputs))]
     state_by_name: dict[str, Any] = {}
     state_names = []
@@ -242,7 +245,8 @@ def _trace(gm, example_inputs, decompose, lift_state, grad_inputs, layouts) -> T
     grad_enabled = torch.is_grad_enabled()
     interpreter = _TorchLevelInterpreter(gm, tracer, state_by_name, layouts)
     try:
-        with _swapped_state(gm, state_by_name), tracer.mode, torch.set_grad_enabled(grad_inputs is not None):
+        sizes = symbolic_meta() if tracer.symbols.active else contextlib.nullcontext()
+        with sizes, _swapped_state(gm, state_by_name), tracer.mode, torch.set_grad_enabled(grad_inputs is not None):
             try:
                 result = interpreter.run(*tracers[: len(placeholders)])
             finally:
@@ -353,6 +357,12 @@ def _classify_outputs(tracer: AtenTracer, flat: list) -> tuple[list[OutputSpec],
 
     specs = []
     for v in flat:
+        if is_symbolic(v):
+            raise Unsupported("a graph output is a symbolic size (the frontend rebuilds those itself)")
+        if isinstance(v, TracerTensor) and any(is_symbolic(a) for step in v._alias.chain
+                                               for a in pytree.tree_leaves((step.args, step.kwargs))):
+            # The runtime replays output views on real tensors, with the view's arguments as traced.
+            raise Unsupported("an output is a view whose sizes are symbolic (replaying it needs their values)")
         if not isinstance(v, torch.Tensor):
             specs.append(OutputSpec("constant", value=v))
             continue

@@ -27,6 +27,7 @@ from ..passes.pipeline import PassContext, run_pipeline
 from .capture import _user_location, insert_copy_back, module_state, trace_program
 from .pipelines import ATEN_PIPELINES, ATEN_TRACED, TORCH_GRAPH
 from .runtime import InferenceRunner, TrainingRunner
+from .symbolic_inputs import concrete
 
 Compiler = Callable[[torch.fx.GraphModule, list], Callable]
 
@@ -245,7 +246,7 @@ def _describe_saved(backward: torch.fx.GraphModule, num_tangents: int) -> str:
     for node in saved:
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
-            size = val.numel() * val.element_size()
+            size = concrete(val.numel()) * val.element_size()
             total += size
             lines.append(f"  {node.name}: {str(val.dtype).replace('torch.', '')}{list(val.shape)} ({size} bytes)")
         else:
@@ -336,4 +337,5 @@ def _mutated_input_aliases(mutated: list[int], inputs: list) -> bool:
 def _example_like(meta: torch.Tensor, device) -> torch.Tensor:
     # The backward's inputs do not exist yet at compile time: give its compiler
     # uninitialized tensors of the right layout on the real device.
-    return torch.empty_strided(tuple(meta.shape), tuple(meta.stride()), dtype=meta.dtype, device=device)
+    return torch.empty_strided(concrete(tuple(meta.shape)), concrete(tuple(meta.stride())), dtype=meta.dtype,
+                               device=device)
