@@ -219,7 +219,7 @@ class AotCompiled:
         write_current(self.options, "aten_forward.py", lambda: forward.print_readable(print_output=False))
         write_current(self.options, "aten_backward.py", lambda: backward.print_readable(print_output=False))
         write_current(self.options, "partition.txt", lambda: _describe_saved(backward, program.num_tangents))
-        bw_inputs = [_example_like(n.meta["val"], n.meta["device"])
+        bw_inputs = [_example_like(n.meta["val"], n.meta.get("device"))
                      for n in backward.graph.nodes if n.op == "placeholder"]
         # the backward is compiled for the saved tensors' traced layouts: the forward's
         # compiler must return them in those (lowering/lower.py)
@@ -334,8 +334,10 @@ def _mutated_input_aliases(mutated: list[int], inputs: list) -> bool:
                and storages[inputs[i].untyped_storage().data_ptr()] > 1 for i in mutated)
 
 
-def _example_like(meta: torch.Tensor, device) -> torch.Tensor:
+def _example_like(meta, device):
     # The backward's inputs do not exist yet at compile time: give its compiler
     # uninitialized tensors of the right layout on the real device.
+    if not isinstance(meta, torch.Tensor):
+        return concrete(meta)  # a symbolic size the backward takes: its hint
     return torch.empty_strided(concrete(tuple(meta.shape)), concrete(tuple(meta.stride())), dtype=meta.dtype,
                                device=device)

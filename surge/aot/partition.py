@@ -93,6 +93,8 @@ def tensor_bytes(node: torch.fx.Node) -> float:
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
         return concrete(val.numel()) * val.element_size()  # priced by the hints
+    if isinstance(val, (torch.SymInt, torch.SymFloat)):
+        return 8  # a symbolic size the backward needs: one number
     return INF  # tuples and scalars cannot be saved; their getitems can
 
 
