@@ -147,41 +147,50 @@ class ShapeEnv:
         return value
 
     def _record(self, rel: Rel, why: str) -> None:
-        self.facts.append(Fact(rel, why))
         self._known.add(rel)
         logs.log("dynamic", f"guard {rel} ({why})")
+        if not self._narrow_range(rel):  # a range is checked as the symbol's range
+            self.facts.append(Fact(rel, why))
+        if rel.op != "==":
+            return
         terms = rel.expr.terms
-        if rel.op == "==":
-            linear = [(m[0][0], c) for m, c in terms if len(m) == 1 and m[0][1] == 1
-                      and isinstance(m[0][0], Symbol)]
-            constant = sum(c for m, c in terms if m == ())
-            only_linear = all(m == () or (len(m) == 1 and m[0][1] == 1 and isinstance(m[0][0], Symbol))
-                              for m, _ in terms)
-            if not only_linear:
-                return
-            if len(linear) == 1 and abs(linear[0][1]) == 1:
-                symbol, coeff = linear[0]
-                self._replace(symbol, Expr.const(-constant * coeff), why)
-            elif len(linear) == 2 and len(terms) == 2 and {c for _, c in linear} == {1, -1}:
-                (a, _), (b, _) = sorted(linear, key=lambda sc: sc[0].sort_key())
-                later, earlier = (b, a) if b.sort_key() > a.sort_key() else (a, b)
-                self._replace(later, Expr.atom(earlier), why)
-        elif rel.op in ("<", "<=") and len(terms) <= 2:
-            # a*s + c < 0 (or <= 0) narrows the range of s.
-            linear = [(m[0][0], c) for m, c in terms if len(m) == 1 and m[0][1] == 1
-                      and isinstance(m[0][0], Symbol)]
-            constant = sum(c for m, c in terms if m == ())
-            if len(linear) == 1 and len(terms) == 1 + (constant != 0):
-                symbol, coeff = linear[0]
-                info = self.symbols[symbol]
-                bound = -constant / coeff
-                strict = rel.op == "<"
-                if coeff > 0:   # s < bound
-                    high = math.ceil(bound) - 1 if strict else math.floor(bound)
-                    info.high = min(info.high, high) if not info.symbol.is_float else min(info.high, bound)
-                else:           # s > bound
-                    low = math.floor(bound) + 1 if strict else math.ceil(bound)
-                    info.low = max(info.low, low) if not info.symbol.is_float else max(info.low, bound)
+        if not all(m == () or _is_linear_symbol(m) for m, _ in terms):
+            return
+        linear = [(m[0][0], c) for m, c in terms if m != ()]
+        constant = sum(c for m, c in terms if m == ())
+        if len(linear) == 1 and abs(linear[0][1]) == 1:
+            symbol, coeff = linear[0]
+            self._replace(symbol, Expr.const(-constant * coeff), why)
+        elif len(linear) == 2 and constant == 0 and {c for _, c in linear} == {1, -1}:
+            a, b = sorted((s for s, _ in linear), key=lambda s: s.sort_key())
+            self._replace(b, Expr.atom(a), why)   # the later symbol is replaced by the earlier
+
+    def _narrow_range(self, rel: Rel) -> bool:
+        """``a*s + c < 0`` (or ``<= 0``) narrows the range of ``s``; True when it did."""
+        terms = rel.expr.terms
+        if rel.op not in ("<", "<=") or not all(m == () or _is_linear_symbol(m) for m, _ in terms):
+            return False
+        linear = [(m[0][0], c) for m, c in terms if m != ()]
+        if len(linear) != 1:
+            return False
+        constant = sum(c for m, c in terms if m == ())
+        symbol, coeff = linear[0]
+        info = self.symbols[symbol]
+        bound = -constant / coeff
+        strict = rel.op == "<"
+        if symbol.is_float:
+            if strict:
+                return False  # a float range is closed: keep the strict fact
+            if coeff > 0:
+                info.high = min(info.high, bound)
+            else:
+                info.low = max(info.low, bound)
+            return True
+        if coeff > 0:   # s < bound (or <=)
+            info.high = min(info.high, math.ceil(bound) - 1 if strict else math.floor(bound))
+        else:           # s > bound (or >=)
+            info.low = max(info.low, math.floor(bound) + 1 if strict else math.ceil(bound))
+        return True
 
     def _replace(self, symbol: Symbol, value: Expr, why: str) -> None:
         if symbol in self.replacements:
@@ -223,6 +232,10 @@ class ShapeEnv:
                 state = f", then {self.replacements[symbol]!r}"
             lines.append(f"{symbol.name} = {info.source.name()} (hint {info.hint!r}{state}): {info.reason}")
         return lines
+
+
+def _is_linear_symbol(mono) -> bool:
+    return len(mono) == 1 and mono[0][1] == 1 and isinstance(mono[0][0], Symbol)
 
 
 def _bound(value) -> str:
