@@ -33,16 +33,28 @@ from .variables.base import unsupported
 
 
 @dataclass(frozen=True)
+class ShapeSource:
+    """``parent.shape``: read once per entry call, its items are the symbols' values."""
+    parent: Source
+
+    def name(self):
+        return f"{self.parent.name()}.size()"
+
+    def expr(self, parent, consts):
+        return f"{parent}.shape"
+
+
+@dataclass(frozen=True)
 class SizeSource:
     """``parent.shape[dim]``: one dimension of a tensor input."""
-    parent: Source
+    parent: ShapeSource
     dim: int
 
     def name(self):
-        return f"{self.parent.name()}.size()[{self.dim}]"
+        return f"{self.parent.name()}[{self.dim}]"
 
     def expr(self, parent, consts):
-        return f"{parent}.shape[{self.dim}]"
+        return f"{parent}[{self.dim}]"
 
 
 @dataclass
@@ -137,7 +149,7 @@ class DynamicDims:
         for d, size in enumerate(value.shape):
             if d in dims:
                 reason, low, high = dims[d]
-                size_source = SizeSource(source, d)
+                size_source = SizeSource(ShapeSource(source), d)
                 sym = self.env.size_symbol(size_source, size, reason, low, high)
                 tx.graph.placeholder(size_source, size, f"{source.name()}_size_{d}", meta=sym)
                 sizes.append(sym)
@@ -235,12 +247,13 @@ def tensor_guard(tx, source, value: torch.Tensor, sizes, strides) -> None:
     device = g.consts.ref(value.device, "device_" + value.device.type)
     env = tx.dynamic.env
     tokens = {s: "{@" + s.name + "}" for s in env.symbols}
-    dims = " and ".join(f"{{v}}.shape[{d}] == {s}" for d, s in enumerate(sizes) if not is_symbolic(s))
+    dims = " and ".join(f"{{@shape}}[{d}] == {s}" for d, s in enumerate(sizes) if not is_symbolic(s))
     stride_text = "(" + "".join(expr_of(s).render(lambda sym: tokens[sym]) + ", " for s in strides) + ")"
     condition = (f"type({{v}}) is {cls} and {{v}}.dtype is {dtype} and {{v}}.device == {device} "
-                 f"and {{v}}.dim() == {len(sizes)} " + (f"and {dims} " if dims else "") +
+                 f"and len({{@shape}}) == {len(sizes)} " + (f"and {dims} " if dims else "") +
                  f"and {{v}}.stride() == {stride_text} and {{v}}.requires_grad is {value.requires_grad}")
     used = tuple((tokens[s], env.symbols[s].source) for s in env.symbols if tokens[s] in condition)
+    used += (("{@shape}", ShapeSource(source)),)
     shown = [repr(expr_of(s)) if is_symbolic(s) else s for s in sizes]
     text = (f"{source.name()}: {type(value).__name__}({str(value.dtype).replace('torch.', '')}, {value.device}, "
             f"shape=[{', '.join(map(str, shown))}], stride=[{', '.join(repr(expr_of(s)) for s in strides)}], "

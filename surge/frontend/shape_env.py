@@ -53,9 +53,11 @@ class ShapeEnv:
         self._known: set = set()   # simplified relations known true
         self.specialized: list[tuple[SymbolInfo, object]] = []
         self._symints: dict[Symbol, object] = {}
+        self._simplified: dict = {}   # memo of simplify, emptied when a fact is recorded
 
     # ---- symbols ---------------------------------------------------------------
     def size_symbol(self, source, hint: int, reason: str, low=None, high=None):
+        """A SymInt for a tensor dimension of size ``hint``."""
         low = 2 if low is None else low
         high = INF if high is None else high
         return self._new(source, hint, reason, low, high, is_float=False, declared=(low, high))
@@ -92,12 +94,18 @@ class ShapeEnv:
     # ---- reasoning ---------------------------------------------------------------
     def simplify(self, expr: Expr) -> Expr:
         """``expr`` with the replacements made and max/min/floordiv/mod that the ranges
-        decide folded."""
-        if self.replacements:
-            expr = expr.substitute(self.replacements)
-        if any(isinstance(a, Fn) for a in expr.atoms()):
-            expr = expr.substitute_fns(self._simplify_fn)
-        return expr
+        decide folded (memoized until a fact changes what is known)."""
+        found = self._simplified.get(expr)
+        if found is not None:
+            return found
+        out = expr
+        atoms = expr.atoms()
+        if self.replacements and any(a in self.replacements for a in atoms):
+            out = out.substitute(self.replacements)
+        if any(isinstance(a, Fn) for a in atoms):
+            out = out.substitute_fns(self._simplify_fn)
+        self._simplified[expr] = out
+        return out
 
     def _simplify_fn(self, fn: Fn):
         a, b = (self.simplify(x) for x in fn.args)
@@ -147,6 +155,7 @@ class ShapeEnv:
         return value
 
     def _record(self, rel: Rel, why: str) -> None:
+        self._simplified.clear()
         self._known.add(rel)
         logs.log("dynamic", f"guard {rel} ({why})")
         if not self._narrow_range(rel):  # a range is checked as the symbol's range

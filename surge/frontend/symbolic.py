@@ -63,15 +63,18 @@ class Expr:
     """A polynomial in atoms: ``terms`` is a sorted tuple of (monomial, coefficient),
     a monomial a sorted tuple of (atom, power); the constant term's monomial is ``()``."""
 
-    __slots__ = ("terms", "_hash")
+    __slots__ = ("terms", "_hash", "_atoms")
 
     def __init__(self, terms):
         merged: dict = {}
         for mono, coeff in terms:
             merged[mono] = merged.get(mono, 0) + coeff
-        self.terms = tuple(sorted(((m, c) for m, c in merged.items() if c != 0),
-                                  key=lambda mc: _mono_key(mc[0])))
+        items = [(m, c) for m, c in merged.items() if c != 0]
+        if len(items) > 1:
+            items.sort(key=lambda mc: _mono_key(mc[0]))
+        self.terms = tuple(items)
         self._hash = hash(self.terms)
+        self._atoms = None
 
     # ---- construction ------------------------------------------------------
     @staticmethod
@@ -103,15 +106,17 @@ class Expr:
                 return mono[0][0]
         return None
 
-    def atoms(self) -> set:
-        found = set()
-        for mono, _ in self.terms:
-            for atom, _ in mono:
-                found.add(atom)
-                if isinstance(atom, Fn):
-                    for a in atom.args:
-                        found |= a.atoms()
-        return found
+    def atoms(self) -> frozenset:
+        if self._atoms is None:
+            found = set()
+            for mono, _ in self.terms:
+                for atom, _ in mono:
+                    found.add(atom)
+                    if isinstance(atom, Fn):
+                        for a in atom.args:
+                            found |= a.atoms()
+            self._atoms = frozenset(found)
+        return self._atoms
 
     def symbols(self) -> set:
         return {a for a in self.atoms() if isinstance(a, Symbol)}
