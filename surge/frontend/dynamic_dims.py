@@ -90,9 +90,9 @@ class DynamicDims:
 
     def _refuse(self, what: str) -> None:
         if not self._refused_logged and self.mode is not False:
-            from ..backends import describe_backend
-
-            logs.log("dynamic", f"{what} would be symbolic, but backend {describe_backend(self.backend)} "
+            target = self.backend.func if isinstance(self.backend, functools.partial) else self.backend
+            name = getattr(target, "__qualname__", type(target).__qualname__)
+            logs.log("dynamic", f"{what} would be symbolic, but backend {name} "
                                 "cannot take symbolic sizes yet: compiling static for these sizes")
             self._refused_logged = True
 

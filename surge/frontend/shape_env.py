@@ -53,7 +53,8 @@ class ShapeEnv:
         self._known: set = set()   # simplified relations known true
         self.specialized: list[tuple[SymbolInfo, object]] = []
         self._symints: dict[Symbol, object] = {}
-        self._simplified: dict = {}   # memo of simplify, emptied when a fact is recorded
+        # Memo of simplify and static_value, emptied when a fact is recorded.
+        self._simplified: dict = {}
 
     # ---- symbols ---------------------------------------------------------------
     def size_symbol(self, source, hint: int, reason: str, low=None, high=None):
@@ -124,12 +125,18 @@ class ShapeEnv:
 
     def static_value(self, rel: Rel):
         """True/False when ``rel`` is decided without a guard, else None."""
+        key = ("static", rel)
+        if key in self._simplified:
+            return self._simplified[key]
         rel = Rel(rel.op, self.simplify(rel.expr))
         if rel in self._known:
-            return True
-        if rel.negate() in self._known:
-            return False
-        return decide(rel, self.range)
+            value = True
+        elif rel.negate() in self._known:
+            value = False
+        else:
+            value = decide(rel, self.range)
+        self._simplified[key] = value
+        return value
 
     def hint_value(self, expr: Expr):
         return expr.evaluate(self.hint)
