@@ -228,10 +228,12 @@ class ShapeEnv:
         for symbol, info in self.symbols.items():
             name = name_of(symbol)
             kind = "float" if symbol.is_float else "int"
-            checks.append((f"type({name}) is {kind}", f"{info.source.name()} is an {kind}"))
+            # The first check of each symbol says what it is and why it is symbolic.
+            why = f" ({symbol.name}, symbolic: {info.reason})"
+            checks.append((f"type({name}) is {kind}", f"{info.source.name()} is an {kind}{why}"))
             low, high = info.low, info.high
             if low != -INF:
-                checks.append((f"{name} >= {low!r}", f"{info.source.name()} >= {low!r}"))
+                checks.append((f"{name} >= {low!r}", f"{info.source.name()} >= {low!r}{why}"))
             if high != INF:
                 checks.append((f"{name} <= {high!r}", f"{info.source.name()} <= {high!r}"))
         for fact in self.facts:

@@ -270,3 +270,26 @@ def test_rel_render_and_evaluate():
     rel = Rel.compare(">=", Expr.atom(Symbol("s0")), Expr.const(2))
     assert rel.evaluate(lambda s: 2) and not rel.evaluate(lambda s: 1)
     assert rel.render(lambda s: "x") == "2 <= x"
+
+
+def test_explain_says_which_dimension_is_symbolic_and_why():
+    def f(x):
+        return x * 2
+
+    x = torch.randn(4, 2)
+    surge.mark_dynamic(x, 0)
+    text = str(surge.explain(f, backend="eager")(x))
+    assert "L['x'].size()[0] >= 2 (s0, symbolic: mark_dynamic)" in text
+
+
+def test_torch_compile_with_surge_backend_survives_symbolic_sizes():
+    """Dynamo hands symbolic sizes on the second shape: surge's kernel backend compiles
+    such a graph per concrete sizes (it takes static ones only), never crashing."""
+    def f(x):
+        return torch.relu(x) * 2 + x.shape[0]
+
+    compiled = torch.compile(f, backend=surge.backend)
+    for n in (3, 4, 5):
+        x = torch.randn(n, 4)
+        _close(compiled(x), f(x))
+    torch._dynamo.reset()
