@@ -31,7 +31,7 @@ from .functionalize import ViewStep
 from ..frontend.shape_env import is_symbolic
 from ..frontend.symbolic_meta import symbolic_meta
 from .device_layouts import ChannelsLastConvolutions
-from .symbolic_inputs import symbolic_placeholder_meta
+from .symbolic_inputs import bind_chain, symbolic_placeholder_meta
 from .tracer import AtenTracer, TracerTensor
 
 
@@ -359,17 +359,15 @@ def _classify_outputs(tracer: AtenTracer, flat: list) -> tuple[list[OutputSpec],
     for v in flat:
         if is_symbolic(v):
             raise Unsupported("a graph output is a symbolic size (the frontend rebuilds those itself)")
-        if isinstance(v, TracerTensor) and any(is_symbolic(a) for step in v._alias.chain
-                                               for a in pytree.tree_leaves((step.args, step.kwargs))):
-            # The runtime replays output views on real tensors, with the view's arguments as traced.
-            raise Unsupported("an output is a view whose sizes are symbolic (replaying it needs their values)")
         if not isinstance(v, torch.Tensor):
             specs.append(OutputSpec("constant", value=v))
             continue
         if not isinstance(v, TracerTensor):
             specs.append(OutputSpec("constant", value=v))
             continue
-        storage, chain = v._alias.storage, v._alias.chain
+        # The runtime replays output views on real tensors: symbolic arguments are
+        # computed from the call's size inputs then.
+        storage, chain = v._alias.storage, bind_chain(v._alias.chain, tracer)
         if storage.input_index is not None:
             specs.append(OutputSpec("input_view", index=storage.input_index, chain=chain))
         elif storage.constant:

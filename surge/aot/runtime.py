@@ -20,9 +20,12 @@ from torch.utils import _pytree as pytree
 from ..errors import SurgeError
 from .boxed import call_compiled
 from .capture import OutputSpec, TracedProgram
+from .symbolic_inputs import resolve_chain
 
 
-def _replay(tensor, chain):
+def _replay(tensor, chain, inputs):
+    if any(step.symbolic for step in chain):
+        chain = resolve_chain(chain, inputs)
     for step in chain:
         tensor = step.apply(tensor)
     return tensor
@@ -52,9 +55,9 @@ def output_assembler(program: TracedProgram) -> Callable[[list, list], object]:
 
 _ASSEMBLERS: dict[str, Callable[[OutputSpec, list, list], object]] = {
     "graph": lambda spec, inputs, values: values[spec.index],
-    "input_view": lambda spec, inputs, values: _replay(inputs[spec.index], spec.chain),
-    "output_view": lambda spec, inputs, values: _replay(values[spec.index], spec.chain),
-    "constant_view": lambda spec, inputs, values: _replay(spec.value, spec.chain),
+    "input_view": lambda spec, inputs, values: _replay(inputs[spec.index], spec.chain, inputs),
+    "output_view": lambda spec, inputs, values: _replay(values[spec.index], spec.chain, inputs),
+    "constant_view": lambda spec, inputs, values: _replay(spec.value, spec.chain, inputs),
     "constant": lambda spec, inputs, values: spec.value,
 }
 

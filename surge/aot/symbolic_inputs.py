@@ -11,6 +11,7 @@ dynamic too. Costs (the partitioner's bytes) read the hints.
 """
 from __future__ import annotations
 
+import dataclasses
 import operator
 
 import torch
@@ -103,3 +104,50 @@ def meta_scalar(a):
 def concrete(value):
     """Hints for sizes (shapes, numels) where only a cost or an example is needed."""
     return hint_of(value)
+
+
+class RuntimeSize:
+    """A symbolic view argument of an output the runtime replays: evaluated from the call's
+    inputs (the symbols' placeholders hold their values)."""
+
+    def __init__(self, expr, positions: dict):
+        self.expr = expr
+        self.positions = positions   # symbol -> index of its graph input
+
+    def value(self, inputs):
+        return self.expr.evaluate(lambda s: inputs[self.positions[s]])
+
+
+def bind_chain(chain: tuple, tracer) -> tuple:
+    """``chain`` with its symbolic arguments as ``RuntimeSize``s (unchanged when it has none)."""
+    from torch.utils import _pytree as pytree
+
+    if not any(is_symbolic(a) for step in chain for a in pytree.tree_leaves((step.args, step.kwargs))):
+        return chain
+    index = {node: i for i, (node, _) in enumerate(tracer.inputs)}
+    positions = {s: index[n] for s, n in tracer.symbols.by_symbol.items()}
+
+    def bind(a):
+        if not is_symbolic(a):
+            return a
+        expr = a.node.env.simplify(expr_of(a))
+        missing = expr.symbols() - set(positions)
+        if missing:
+            raise Unsupported(f"an output view's size uses {sorted(s.name for s in missing)}, not graph inputs")
+        return RuntimeSize(expr, positions)
+
+    return tuple(dataclasses.replace(step, args=pytree.tree_map(bind, step.args),
+                                     kwargs=pytree.tree_map(bind, step.kwargs), symbolic=True)
+                 for step in chain)
+
+
+def resolve_chain(chain: tuple, inputs) -> tuple:
+    """The chain with each ``RuntimeSize`` replaced by its value for this call."""
+    from torch.utils import _pytree as pytree
+
+    def resolve(a):
+        return a.value(inputs) if isinstance(a, RuntimeSize) else a
+
+    return tuple(dataclasses.replace(step, args=pytree.tree_map(resolve, step.args),
+                                     kwargs=pytree.tree_map(resolve, step.kwargs), symbolic=False)
+                 for step in chain)

@@ -318,7 +318,10 @@ def install_shape_guards(tx) -> None:
                                                           SizeSource):
             continue  # a tensor's size is an int: its tensor guard checked the tensor
         used = tuple((tokens[s], env.symbols[s].source) for s in env.symbols if tokens[s] in condition)
-        tx.guards.add(None, condition, text, more=used)
+        # A failing check reports the value of its first symbol (SURGE_LOGS=recompiles).
+        first = used[0][1] if used else None
+        tx.guards.add(first, condition, f"{text} (the value shown: {first.name()})" if len(used) > 1 else text,
+                      more=used)
 
 
 def _symbol_in(condition, tokens):

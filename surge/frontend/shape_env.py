@@ -509,7 +509,8 @@ class SizeNode:
 
     # ---- turning symbolic values into Python values (guards) ---------------------
     def guard_bool(self, file="", line=0):
-        return guard_bool_expr(self.env, self.expr, f"a condition on sizes{_where(file, line)}")
+        expr = self.expr if self.pytype is bool else Rel("!=", self.expr)  # bool(n): n != 0
+        return guard_bool_expr(self.env, expr, f"a condition on sizes{_where(file, line)}")
 
     bool_ = guard_bool
     expect_true = guard_bool

@@ -293,3 +293,19 @@ def test_torch_compile_with_surge_backend_survives_symbolic_sizes():
         x = torch.randn(n, 4)
         _close(compiled(x), f(x))
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_outputs_that_are_views_of_inputs_with_symbolic_sizes(backend):
+    def f(x):
+        b, c = x.shape
+        return x.view(b * c), x[1:], x.t(), (x * 2).view(b * c // 2, 2)
+
+    compiled = _compile(f, backend)
+    for b in (2, 4, 6, 8, 10, 12):
+        x = torch.randn(b, 3)
+        out = compiled(x)
+        _close(out, f(x))
+        assert out[0]._base is x and out[1]._base is x
+    assert _graphs_and_recompiles() == (2, 1)
+    assert surge.counters["fallbacks"] == 0
