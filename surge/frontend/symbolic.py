@@ -378,12 +378,34 @@ def atom_range(atom, ranges) -> tuple:
     return -INF, INF
 
 
+def shifted_range(expr: Expr, ranges) -> tuple:
+    """A bound of a polynomial in symbols with finite lower bounds: with each ``s = low + t``
+    (``t >= 0``), a polynomial whose non-constant coefficients are all >= 0 is at least its
+    constant term (all <= 0: at most). ``s0**2 - s0`` for ``s0 >= 2`` becomes
+    ``t**2 + 3*t + 2``: at least 2, where intervals only give (-inf, inf)."""
+    atoms = expr.atoms()
+    if not all(isinstance(a, Symbol) and ranges(a)[0] != -INF for a in atoms):
+        return -INF, INF
+    shifted = expr.substitute({a: Expr.atom(a) + ranges(a)[0] for a in atoms})
+    constant = shifted.constant() if len(shifted.terms) <= 1 else next(
+        (c for m, c in shifted.terms if m == ()), 0)
+    coefficients = [c for m, c in shifted.terms if m != ()]
+    if all(c >= 0 for c in coefficients):
+        return constant, INF
+    if all(c <= 0 for c in coefficients):
+        return -INF, constant
+    return -INF, INF
+
+
 def decide(rel: Rel, ranges):
     """True or False when the ranges decide ``rel``, else None."""
     c = rel.expr.constant()
     if c is not None:
         return _REL_EVAL[rel.op](c, 0)
     low, high = value_range(rel.expr, ranges)
+    if low == -INF or high == INF:
+        s_low, s_high = shifted_range(rel.expr, ranges)
+        low, high = max(low, s_low), min(high, s_high)
     if rel.op == "<":
         return True if high < 0 else False if low >= 0 else None
     if rel.op == "<=":
