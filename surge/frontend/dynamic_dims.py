@@ -98,7 +98,10 @@ class DynamicDims:
 
     # ---- tensors ---------------------------------------------------------------
     def tensor_dims(self, value: torch.Tensor, source: Source) -> dict:
-        """dim -> (reason, low, high) for the dimensions of ``value`` to make symbolic."""
+        """dim -> (reason, low, high) for the dimensions of ``value`` to make symbolic.
+        Parameters stay static (as torch.compile keeps them): their sizes are the model's."""
+        if isinstance(value, torch.nn.Parameter) or self.mode is False:
+            return {}
         name = source.name()
         sizes = list(value.shape)
         previous = self.state.sizes.get(name)
