@@ -269,7 +269,7 @@ _FN_OPS = {"floordiv": operator.floordiv, "mod": operator.mod, "truediv": operat
 
 
 def _emit(tx, env: ShapeEnv, expr):
-    cache = tx.graph.__dict__.setdefault("_symbolic_nodes", {})
+    cache = tx.graph.symbolic_nodes
     found = cache.get(expr)
     if found is not None:
         return found
@@ -317,21 +317,11 @@ def install_shape_guards(tx) -> None:
     env = dyn.env
     tokens = {s: "{@" + s.name + "}" for s in env.symbols}
     for condition, text in env.guard_conditions(lambda s: tokens[s]):
-        if condition.startswith("type(") and isinstance(env.symbols[_symbol_in(condition, tokens)].source,
-                                                          SizeSource):
-            continue  # a tensor's size is an int: its tensor guard checked the tensor
         used = tuple((tokens[s], env.symbols[s].source) for s in env.symbols if tokens[s] in condition)
         # A failing check reports the value of its first symbol (SURGE_LOGS=recompiles).
         first = used[0][1] if used else None
         tx.guards.add(first, condition, f"{text} (the value shown: {first.name()})" if len(used) > 1 else text,
                       more=used)
-
-
-def _symbol_in(condition, tokens):
-    for s, t in tokens.items():
-        if t in condition:
-            return s
-    return None
 
 
 def symbolic_expression(codegen, value) -> str:

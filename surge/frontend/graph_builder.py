@@ -24,6 +24,8 @@ class GraphBuilder:
         self._last_placeholder: torch.fx.Node | None = None
         # Subgraphs that get_attr nodes name (the branches of torch.cond).
         self.submodules: dict[str, torch.fx.GraphModule] = {}
+        # Expression -> the node computing a symbolic size (frontend/dynamic_dims.py).
+        self.symbolic_nodes: dict = {}
 
     def placeholder(self, source: Source, real, name_hint: str, meta=None) -> torch.fx.Node:
         """The graph input read from ``source``; ``meta`` (a meta tensor with symbolic sizes,

@@ -20,7 +20,7 @@ entry's one check function (codegen.py).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -36,7 +36,7 @@ class SymbolInfo:
     low: float
     high: float
     reason: str             # why it is symbolic (logged, shown by explain)
-    declared: tuple = (None, None)  # a range the user declared with mark_dynamic
+    is_size: bool = False   # a tensor's size: an int by construction (no type check)
 
 
 @dataclass
@@ -51,7 +51,6 @@ class ShapeEnv:
         self.replacements: dict[Symbol, Expr] = {}
         self.facts: list[Fact] = []
         self._known: set = set()   # simplified relations known true
-        self.specialized: list[tuple[SymbolInfo, object]] = []
         self._symints: dict[Symbol, object] = {}
         # Memo of simplify and static_value, emptied when a fact is recorded.
         self._simplified: dict = {}
@@ -61,15 +60,15 @@ class ShapeEnv:
         """A SymInt for a tensor dimension of size ``hint``."""
         low = 2 if low is None else low
         high = INF if high is None else high
-        return self._new(source, hint, reason, low, high, is_float=False, declared=(low, high))
+        return self._new(source, hint, reason, low, high, is_float=False, is_size=True)
 
     def number_symbol(self, source, hint, reason: str):
         is_float = isinstance(hint, float)
         return self._new(source, hint, reason, -INF, INF, is_float=is_float)
 
-    def _new(self, source, hint, reason, low, high, *, is_float, declared=(None, None)):
+    def _new(self, source, hint, reason, low, high, *, is_float, is_size=False):
         symbol = Symbol(f"{'f' if is_float else 's'}{len(self.symbols)}", is_float)
-        self.symbols[symbol] = SymbolInfo(symbol, source, hint, low, high, reason, declared)
+        self.symbols[symbol] = SymbolInfo(symbol, source, hint, low, high, reason, is_size)
         logs.log("dynamic", f"{symbol.name} = {source.name()} (hint {hint!r}, range [{_bound(low)}, "
                             f"{_bound(high)}]) is symbolic: {reason}")
         node = SizeNode(self, Expr.atom(symbol), float if is_float else int, hint)
@@ -87,10 +86,6 @@ class ShapeEnv:
     def range(self, symbol: Symbol) -> tuple:
         info = self.symbols[symbol]
         return info.low, info.high
-
-    def free_symbols(self) -> list[Symbol]:
-        """Symbols not replaced by a fact (in creation order)."""
-        return [s for s in self.symbols if s not in self.replacements]
 
     # ---- reasoning ---------------------------------------------------------------
     def simplify(self, expr: Expr) -> Expr:
@@ -217,7 +212,6 @@ class ShapeEnv:
             self.replacements[s] = v.substitute({symbol: value})
         info = self.symbols[symbol]
         if value.constant() is not None:
-            self.specialized.append((info, why))
             logs.log("dynamic", f"{symbol.name} ({info.source.name()}) specialized to {value.constant()!r}: {why}")
 
     # ---- rendering --------------------------------------------------------------
@@ -230,7 +224,8 @@ class ShapeEnv:
             kind = "float" if symbol.is_float else "int"
             # The first check of each symbol says what it is and why it is symbolic.
             why = f" ({symbol.name}, symbolic: {info.reason})"
-            checks.append((f"type({name}) is {kind}", f"{info.source.name()} is an {kind}{why}"))
+            if not info.is_size:
+                checks.append((f"type({name}) is {kind}", f"{info.source.name()} is an {kind}{why}"))
             low, high = info.low, info.high
             if low != -INF:
                 checks.append((f"{name} >= {low!r}", f"{info.source.name()} >= {low!r}{why}"))
@@ -240,16 +235,6 @@ class ShapeEnv:
             checks.append((fact.rel.render(name_of), f"{fact.rel.render(lambda s: self.symbols[s].source.name())}"
                                                      f" ({fact.why})"))
         return checks
-
-    def describe(self) -> list[str]:
-        """One line per symbol: what it stands for and why (for explain)."""
-        lines = []
-        for symbol, info in self.symbols.items():
-            state = ""
-            if symbol in self.replacements:
-                state = f", then {self.replacements[symbol]!r}"
-            lines.append(f"{symbol.name} = {info.source.name()} (hint {info.hint!r}{state}): {info.reason}")
-        return lines
 
 
 def _is_linear_symbol(mono) -> bool:
@@ -693,4 +678,3 @@ def _stride_before(env, sizes, strides, a, b, why) -> bool:
     return _truth(env, strides[a], "<", strides[b], why)
 
 
-__all__ = ["ShapeEnv", "SizeNode", "SymbolInfo", "Fn", "expr_of", "hint_of", "is_symbolic", "env_of"]

@@ -387,8 +387,7 @@ def shifted_range(expr: Expr, ranges) -> tuple:
     if not all(isinstance(a, Symbol) and ranges(a)[0] != -INF for a in atoms):
         return -INF, INF
     shifted = expr.substitute({a: Expr.atom(a) + ranges(a)[0] for a in atoms})
-    constant = shifted.constant() if len(shifted.terms) <= 1 else next(
-        (c for m, c in shifted.terms if m == ()), 0)
+    constant = sum(c for m, c in shifted.terms if m == ())
     coefficients = [c for m, c in shifted.terms if m != ()]
     if all(c >= 0 for c in coefficients):
         return constant, INF

@@ -250,6 +250,7 @@ def test_a_product_of_one_symbol_is_decided_by_shifting_to_its_lower_bound():
     env = ShapeEnv()
     s0 = env.size_symbol(_Named("a"), 3, "t")
     assert bool(s0 != s0 * s0) is True and bool(s0 * s0 >= 2 * s0) is True
+    assert bool(3 * s0 > 0) is True and bool(s0 * s0 * 2 >= 8) is True
     assert env.facts == []
     assert bool(s0 * s0 > 3 * s0) is False and len(env.facts) == 1   # not decided: a guard
 
