@@ -192,6 +192,8 @@ class DynamicDims:
     def graph_value(self, tx, value):
         """The FX argument for ``value``: a node computing a symbolic int/float from the
         symbols' placeholders, a number when it simplified to one, nested structures mapped."""
+        if isinstance(value, torch.SymBool):
+            return value.node.guard_bool()  # a condition as an op's argument: decided now, guarded
         if is_symbolic(value):
             expr = self.env.simplify(expr_of(value))
             c = expr.constant()

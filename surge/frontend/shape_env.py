@@ -407,6 +407,33 @@ class SizeNode:
     pow_by_natural = pow
     float_pow = pow
 
+    def lshift(self, o):
+        k = expr_of(o).constant()
+        if isinstance(k, int) and k >= 0:
+            return self.mul(2 ** k)
+        return self._bitwise(o, lambda a, b: a << b)
+
+    def rshift(self, o):
+        k = expr_of(o).constant()
+        if isinstance(k, int) and k >= 0:
+            return self.floordiv(2 ** k)   # Python's >> floors, as // does
+        return self._bitwise(o, lambda a, b: a >> b)
+
+    def _bitwise(self, o, fn):
+        """Bitwise operators have no expression form: the operands are specialized."""
+        a = self.guard_value()
+        b = o.guard_value() if isinstance(o, SizeNode) else o
+        return self._const(fn(a, b))
+
+    def bitwise_and(self, o):
+        return self._bitwise(o, lambda a, b: a & b)
+
+    def bitwise_or(self, o):
+        return self._bitwise(o, lambda a, b: a | b)
+
+    def bitwise_xor(self, o):
+        return self._bitwise(o, lambda a, b: a ^ b)
+
     def neg(self):
         return SizeNode(self.env, -self.expr, self.pytype, -self._hint)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import operator
 
+import torch
+
 from ..variables.base import Variable, raise_in_user_code, unsupported
 from ..variables.constant import ConstantVariable
 from ..variables.containers import (
@@ -59,8 +61,11 @@ def unary_op(tx, fn, value: Variable) -> Variable:
             unsupported("using a tensor as an index into a Python sequence")
         return record_op(tx, "call_function", fn, [value], {})
     if value.is_constant():
+        operand = _arithmetic_value(value)
+        if fn is operator.invert and isinstance(operand, torch.SymInt):
+            return ConstantVariable(-operand - 1)  # torch.SymInt has no ~; for ints ~n == -n - 1
         try:
-            return ConstantVariable(fn(_arithmetic_value(value)))
+            return ConstantVariable(fn(operand))
         except Exception as e:
             unsupported(f"{fn.__name__} raised {type(e).__name__}: {e}")
     unsupported(f"{fn.__name__} of {value}")

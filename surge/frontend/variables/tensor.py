@@ -193,6 +193,8 @@ def meta_number(value):
     value); symbolic ints stay symbolic (they may be sizes)."""
     if isinstance(value, torch.SymFloat):
         return hint_of(value)
+    if isinstance(value, torch.SymBool):
+        return value.node.guard_bool()
     if isinstance(value, (tuple, list)) and any(isinstance(v, torch.SymFloat) for v in value):
         return type(value)(meta_number(v) for v in value)
     return value
