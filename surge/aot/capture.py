@@ -26,11 +26,11 @@ from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
 from torch.utils import _pytree as pytree
 
 from ..errors import Unsupported
-from .cond import COND, trace_cond
-from .functionalize import ViewStep
 from ..frontend.shape_env import is_symbolic
 from ..frontend.symbolic_meta import symbolic_meta
+from .cond import COND, trace_cond
 from .device_layouts import ChannelsLastConvolutions
+from .functionalize import ViewStep
 from .symbolic_inputs import bind_chain, symbolic_placeholder_meta
 from .tracer import AtenTracer, TracerTensor
 
