@@ -200,6 +200,8 @@ class DynamicDims:
             if c is not None:
                 return c
             return _emit(tx, self.env, expr)
+        if type(value) is slice and any(is_symbolic(v) for v in (value.start, value.stop, value.step)):
+            return slice(*(self.graph_value(tx, v) for v in (value.start, value.stop, value.step)))
         if isinstance(value, (tuple, list)) and any(is_symbolic(v) for v in value):
             return type(value)(self.graph_value(tx, v) for v in value) if not isinstance(value, torch.Size) \
                 else tuple(self.graph_value(tx, v) for v in value)

@@ -320,3 +320,25 @@ def test_outputs_that_are_views_of_inputs_with_symbolic_sizes(backend):
         assert out[0]._base is x and out[1]._base is x
     assert _graphs_and_recompiles() == (2, 1)
     assert surge.counters["fallbacks"] == 0
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bert", "t5"])
+def test_transformers_models_over_sequence_lengths_compile_twice(name):
+    pytest.importorskip("transformers")
+    from tests.frontend.test_hf_models import BATCH, MODELS, VOCAB
+
+    torch.manual_seed(0)
+    make, output = MODELS[name]
+    model = make().eval()
+    compiled = _compile(model, "aot_eager")
+    with torch.no_grad():
+        for seq in range(3, 9):
+            kwargs = {"input_ids": torch.randint(0, VOCAB, (BATCH, seq)), "use_cache": False}
+            if name == "bert":
+                kwargs["attention_mask"] = torch.ones(BATCH, seq, dtype=torch.long)
+            if name == "t5":
+                kwargs["decoder_input_ids"] = torch.randint(0, VOCAB, (BATCH, seq))
+            torch.testing.assert_close(getattr(compiled(**kwargs), output), getattr(model(**kwargs), output),
+                                       rtol=1e-4, atol=1e-4)
+    assert _graphs_and_recompiles() == (2, 1)
+    assert surge.counters["fallbacks"] == 0
