@@ -12,7 +12,7 @@ from .options import Options
 # Values of `mode` and `dynamic` that are implemented. Anything else is refused
 # with a clear error rather than silently ignored.
 SUPPORTED_MODES = (None, "default")
-SUPPORTED_DYNAMIC = (None, False)
+SUPPORTED_DYNAMIC = (None, False, True)
 
 
 def compile(
@@ -45,8 +45,8 @@ def build_options(*, backend, fullgraph, dynamic, mode, options) -> Options:
         )
     if dynamic not in SUPPORTED_DYNAMIC:
         raise ValueError(
-            f"surge.compile: dynamic={dynamic!r} is not implemented yet: surge specializes on "
-            "every shape and recompiles when one changes (use dynamic=None or False)"
+            f"surge.compile: dynamic={dynamic!r}: use None (sizes that change become symbolic), "
+            "True (every size symbolic) or False (every size static)"
         )
     from .backends import lookup_backend
 
@@ -72,3 +72,31 @@ def explain(fn_or_module, *, backend=None, options: Mapping[str, Any] | None = N
     from .frontend.explain import explain as explain_impl
 
     return explain_impl(fn_or_module, opts)
+
+
+def mark_dynamic(tensor: torch.Tensor, dim, min: int | None = None, max: int | None = None) -> None:
+    """Compile dimension ``dim`` (an int or a list of them) of ``tensor`` symbolically from
+    the first capture, for sizes in ``[min, max]``; a call with a size outside the range
+    recompiles (static for that size, logged under ``SURGE_LOGS=dynamic``). Sets the
+    attributes torch's ``torch._dynamo.mark_dynamic`` sets, so either is honoured."""
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    marked = set(getattr(tensor, "_dynamo_dynamic_indices", ()) or ())
+    tensor._dynamo_dynamic_indices = marked | set(dims)
+    if min is not None or max is not None:
+        ranges = dict(getattr(tensor, "_surge_dynamic_range", {}) or {})
+        for d in dims:
+            ranges[d] = (min, max)
+        tensor._surge_dynamic_range = ranges
+
+
+def maybe_mark_dynamic(tensor: torch.Tensor, dim) -> None:
+    """Like ``mark_dynamic``, as a hint: the dimension is symbolic unless the graph needs it
+    to be a number (then it is specialized, without an error)."""
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    tensor._dynamo_weak_dynamic_indices = set(getattr(tensor, "_dynamo_weak_dynamic_indices", ()) or ()) | set(dims)
+
+
+def mark_static(tensor: torch.Tensor, dim=None) -> None:
+    """Never make dimension ``dim`` (default: every dimension) of ``tensor`` symbolic."""
+    dims = range(tensor.dim()) if dim is None else ([dim] if isinstance(dim, int) else list(dim))
+    tensor._dynamo_static_indices = set(getattr(tensor, "_dynamo_static_indices", ()) or ()) | set(dims)

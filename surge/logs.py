@@ -28,6 +28,7 @@ CHANNELS = (
     "output_code",   # generated kernels and wrappers
     "perf",          # compile-time breakdown per phase
     "fallbacks",     # frames that ran eagerly, and why
+    "dynamic",       # which sizes and numbers became symbolic, why, and the guards on them
 )
 
 _logger = logging.getLogger("surge")

@@ -26,3 +26,7 @@ def aot_eager_backend(gm: torch.fx.GraphModule, example_inputs, *, options: Opti
         # The aot layer cannot handle this graph: run the torch-level graph eagerly.
         fallbacks.announce(f"the aot layer cannot trace it: {e}", graph=True, options=options)
         return gm.forward
+
+
+# Its graphs run as traced: symbolic sizes are inputs like any other (aot/symbolic_inputs.py).
+aot_eager_backend.accepts_symbolic_sizes = True

@@ -26,9 +26,12 @@ from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
 from torch.utils import _pytree as pytree
 
 from ..errors import Unsupported
+from ..frontend.shape_env import is_symbolic
+from ..frontend.symbolic_meta import symbolic_meta
 from .cond import COND, trace_cond
-from .functionalize import ViewStep
 from .device_layouts import ChannelsLastConvolutions
+from .functionalize import ViewStep
+from .symbolic_inputs import bind_chain, symbolic_placeholder_meta
 from .tracer import AtenTracer, TracerTensor
 
 
@@ -228,7 +231,7 @@ def _trace(gm, example_inputs, decompose, lift_state, grad_inputs, layouts) -> T
         raise Unsupported(f"graph has {len(placeholders)} inputs, got {len(example_inputs)} example inputs")
     state = module_state(gm)
     flags = list(grad_inputs) if grad_inputs is not None else [False] * (len(placeholders) + len(state))
-    tracers = [tracer.add_input(p.name, v, requires_grad=flags[i])
+    tracers = [tracer.add_input(p.name, v, requires_grad=flags[i], symbolic=symbolic_placeholder_meta(p))
                for i, (p, v) in enumerate(zip(placeholders, example_inputs))]
     state_by_name: dict[str, Any] = {}
     state_names = []
@@ -242,7 +245,8 @@ def _trace(gm, example_inputs, decompose, lift_state, grad_inputs, layouts) -> T
     grad_enabled = torch.is_grad_enabled()
     interpreter = _TorchLevelInterpreter(gm, tracer, state_by_name, layouts)
     try:
-        with _swapped_state(gm, state_by_name), tracer.mode, torch.set_grad_enabled(grad_inputs is not None):
+        sizes = symbolic_meta() if tracer.symbols.active else contextlib.nullcontext()
+        with sizes, _swapped_state(gm, state_by_name), tracer.mode, torch.set_grad_enabled(grad_inputs is not None):
             try:
                 result = interpreter.run(*tracers[: len(placeholders)])
             finally:
@@ -353,13 +357,17 @@ def _classify_outputs(tracer: AtenTracer, flat: list) -> tuple[list[OutputSpec],
 
     specs = []
     for v in flat:
+        if is_symbolic(v):
+            raise Unsupported("a graph output is a symbolic size (the frontend rebuilds those itself)")
         if not isinstance(v, torch.Tensor):
             specs.append(OutputSpec("constant", value=v))
             continue
         if not isinstance(v, TracerTensor):
             specs.append(OutputSpec("constant", value=v))
             continue
-        storage, chain = v._alias.storage, v._alias.chain
+        # The runtime replays output views on real tensors: symbolic arguments are
+        # computed from the call's size inputs then.
+        storage, chain = v._alias.storage, bind_chain(v._alias.chain, tracer)
         if storage.input_index is not None:
             specs.append(OutputSpec("input_view", index=storage.input_index, chain=chain))
         elif storage.constant:

@@ -27,6 +27,7 @@ from ..passes.pipeline import PassContext, run_pipeline
 from .capture import _user_location, insert_copy_back, module_state, trace_program
 from .pipelines import ATEN_PIPELINES, ATEN_TRACED, TORCH_GRAPH
 from .runtime import InferenceRunner, TrainingRunner
+from .symbolic_inputs import concrete
 
 Compiler = Callable[[torch.fx.GraphModule, list], Callable]
 
@@ -230,7 +231,7 @@ class AotCompiled:
         write_current(self.options, "aten_forward.py", lambda: forward.print_readable(print_output=False))
         write_current(self.options, "aten_backward.py", lambda: backward.print_readable(print_output=False))
         write_current(self.options, "partition.txt", lambda: _describe_saved(backward, program.num_tangents))
-        bw_inputs = [_example_like(n.meta["val"], n.meta["device"])
+        bw_inputs = [_example_like(n.meta["val"], n.meta.get("device"))
                      for n in backward.graph.nodes if n.op == "placeholder"]
         # the backward is compiled for the saved tensors' traced layouts: the forward's
         # compiler must return them in those (lowering/lower.py)
@@ -257,7 +258,7 @@ def _describe_saved(backward: torch.fx.GraphModule, num_tangents: int) -> str:
     for node in saved:
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
-            size = val.numel() * val.element_size()
+            size = concrete(val.numel()) * val.element_size()
             total += size
             lines.append(f"  {node.name}: {str(val.dtype).replace('torch.', '')}{list(val.shape)} ({size} bytes)")
         else:
@@ -345,7 +346,10 @@ def _mutated_input_aliases(mutated: list[int], inputs: list) -> bool:
                and storages[inputs[i].untyped_storage().data_ptr()] > 1 for i in mutated)
 
 
-def _example_like(meta: torch.Tensor, device) -> torch.Tensor:
+def _example_like(meta, device):
     # The backward's inputs do not exist yet at compile time: give its compiler
     # uninitialized tensors of the right layout on the real device.
-    return torch.empty_strided(tuple(meta.shape), tuple(meta.stride()), dtype=meta.dtype, device=device)
+    if not isinstance(meta, torch.Tensor):
+        return concrete(meta)  # a symbolic size the backward takes: its hint
+    return torch.empty_strided(concrete(tuple(meta.shape)), concrete(tuple(meta.stride())), dtype=meta.dtype,
+                               device=device)

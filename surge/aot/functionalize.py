@@ -55,6 +55,7 @@ class ViewStep:
     args: tuple
     kwargs: dict
     index: int | None = None  # which output of a multi-output view (split, unbind)
+    symbolic: bool = False    # args hold sizes computed per call (aot/symbolic_inputs.py)
 
     def apply(self, tensor):
         out = self.op(tensor, *self.args, **self.kwargs)

@@ -44,6 +44,7 @@ from ..passes.dce import eliminate_dead_code
 from ..passes.graph_code import code_changed
 from .decompositions import CORE_OP_GROUPS, is_core, packet_name
 from .functionalize import is_view_op
+from .symbolic_inputs import concrete
 
 INF = float("inf")
 
@@ -91,7 +92,9 @@ def is_recomputable(node: torch.fx.Node) -> bool:
 def tensor_bytes(node: torch.fx.Node) -> float:
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
-        return val.numel() * val.element_size()
+        return concrete(val.numel()) * val.element_size()  # priced by the hints
+    if isinstance(val, (torch.SymInt, torch.SymFloat)):
+        return 8  # a symbolic size the backward needs: one number
     return INF  # tuples and scalars cannot be saved; their getitems can
 
 

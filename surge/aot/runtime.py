@@ -20,9 +20,12 @@ from torch.utils import _pytree as pytree
 from ..errors import SurgeError
 from .boxed import call_compiled
 from .capture import OutputSpec, TracedProgram
+from .symbolic_inputs import resolve_chain
 
 
-def _replay(tensor, chain):
+def _replay(tensor, chain, inputs):
+    if any(step.symbolic for step in chain):
+        chain = resolve_chain(chain, inputs)
     for step in chain:
         tensor = step.apply(tensor)
     return tensor
@@ -52,9 +55,9 @@ def output_assembler(program: TracedProgram) -> Callable[[list, list], object]:
 
 _ASSEMBLERS: dict[str, Callable[[OutputSpec, list, list], object]] = {
     "graph": lambda spec, inputs, values: values[spec.index],
-    "input_view": lambda spec, inputs, values: _replay(inputs[spec.index], spec.chain),
-    "output_view": lambda spec, inputs, values: _replay(values[spec.index], spec.chain),
-    "constant_view": lambda spec, inputs, values: _replay(spec.value, spec.chain),
+    "input_view": lambda spec, inputs, values: _replay(inputs[spec.index], spec.chain, inputs),
+    "output_view": lambda spec, inputs, values: _replay(values[spec.index], spec.chain, inputs),
+    "constant_view": lambda spec, inputs, values: _replay(spec.value, spec.chain, inputs),
     "constant": lambda spec, inputs, values: spec.value,
 }
 
@@ -113,17 +116,18 @@ class CompiledFunction(torch.autograd.Function):
         if _saved_tensor_hooks_active():
             # The user packs saved tensors (offloading, checkpointing): all go
             # through save_for_backward, where the hooks see them.
-            through_ctx = list(range(len(saved)))
+            through_ctx = [i for i, t in enumerate(saved) if not isinstance(t, _NUMBERS)]
         else:
             output_storages = {_storage_ptr(v) for v in values if isinstance(v, torch.Tensor)}
             # An op may leave an optional result undefined at runtime (mkldnn_rnn_layer's
             # workspace): a None on the stash would read as "held by ctx", so ctx holds it.
-            through_ctx = [i for i, t in enumerate(saved) if t is None or _storage_ptr(t) in output_storages]
+            through_ctx = [i for i, t in enumerate(saved)
+                           if t is None or (not isinstance(t, _NUMBERS) and _storage_ptr(t) in output_storages)]
         ctx.save_for_backward(*[saved[i] for i in through_ctx])
         ctx.stash = list(saved)
         for i in through_ctx:
             ctx.stash[i] = None
-        ctx.versions = [t._version if t is not None else 0 for t in ctx.stash]
+        ctx.versions = [t._version if isinstance(t, torch.Tensor) else 0 for t in ctx.stash]
         ctx.runner = runner
         ctx.num_inputs = len(inputs)
         ctx.mark_non_differentiable(*[
@@ -155,13 +159,17 @@ def _saved_tensors(ctx) -> list:
             "after they have already been freed). Specify retain_graph=True if you need to backward "
             "through the graph a second time.")
     for t, version in zip(ctx.stash, ctx.versions):
-        if t is not None and t._version != version:
+        if isinstance(t, torch.Tensor) and t._version != version:
             raise RuntimeError(
                 "one of the variables needed for gradient computation has been modified by an "
                 f"inplace operation: a tensor of shape {tuple(t.shape)} saved by a surge-compiled "
                 f"region is at version {t._version}; expected version {version} instead.")
     from_ctx = iter(ctx.saved_tensors)
     return [t if t is not None else next(from_ctx) for t in ctx.stash]
+
+
+# Symbolic sizes the backward takes are saved as the numbers they are in this call.
+_NUMBERS = (int, float)
 
 
 def _storage_ptr(t: torch.Tensor) -> int | None:

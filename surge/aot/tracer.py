@@ -35,6 +35,7 @@ from .decompositions import decomposition_for, packet_name, surge_decomposition
 from .device_layouts import device_result
 from .foreach import decompose_foreach, is_foreach
 from .prims import aten_body_for_prim
+from .symbolic_inputs import SymbolNodes, meta_scalar
 
 aten = torch.ops.aten
 
@@ -131,19 +132,27 @@ class AtenTracer:
         # Meta copied onto every node recorded while one torch-level node runs.
         self.provenance: dict[str, Any] = {}
         self._decomposing: set = set()
+        # Symbol placeholders of a graph with symbolic sizes (symbolic_inputs.py).
+        self.symbols = SymbolNodes(self.graph)
 
     # ------------------------------------------------------------ graph inputs
-    def add_input(self, name: str, value, *, requires_grad: bool = False, as_attr: bool = False):
-        """A placeholder (or, with ``as_attr``, a get_attr of live state) for ``value``."""
+    def add_input(self, name: str, value, *, requires_grad: bool = False, as_attr: bool = False,
+                  symbolic=None):
+        """A placeholder (or, with ``as_attr``, a get_attr of live state) for ``value``;
+        ``symbolic`` is its symbolic meta value (a SymInt, a meta tensor with symbolic sizes)."""
         index = len(self.inputs)
         node = self.graph.get_attr(name) if as_attr else self.graph.placeholder(name)
         self.inputs.append((node, value))
         if not isinstance(value, torch.Tensor):
+            if symbolic is not None:
+                node.meta["val"] = symbolic
+                self.symbols.add_input(node, symbolic)
+                return symbolic
             node.meta["val"] = value
             return value
         if value.layout != torch.strided:
             raise Unsupported(f"input {name} is a {value.layout} tensor; surge traces strided tensors only")
-        meta = meta_like(value)
+        meta = meta_like(value) if symbolic is None else symbolic
         self._set_meta(node, meta, value.device)
         storage = fz.Storage(node, meta, value.device, input_index=index)
         self.input_storages[index] = storage
@@ -329,8 +338,8 @@ class AtenTracer:
                 meta_flat.append(node.meta["val"])
                 devices.append((a.dim() == 0, a.device))
             else:
-                node_flat.append(a)
-                meta_flat.append(a)
+                node_flat.append(self.symbols.value(a))
+                meta_flat.append(meta_scalar(a))
         node_args, node_kwargs = pytree.tree_unflatten(node_flat, spec)
         meta_args, meta_kwargs = pytree.tree_unflatten(meta_flat, spec)
         device = _output_device(func, kwargs, devices)

@@ -203,3 +203,8 @@ def cpp_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Opti
                           functools.partial(load_artifact, toolchain=toolchain, cache_dir=cache_dir))
     return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler, options=options,
                        cache=cache, device_layouts=True)
+
+
+# Lowering takes static sizes only until SizeVars carries symbolic ones: the frontend
+# compiles graphs for this backend static (frontend/dynamic_dims.py).
+cpp_backend.accepts_symbolic_sizes = False

@@ -22,8 +22,11 @@ def graph_device_type(example_inputs) -> str:
 def default_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Options | None = None):
     """torch.compile backend protocol: ``default_backend(gm, example_inputs) -> callable``."""
     from . import lookup_backend
+    from .specialize import SpecializedPerSizes, has_symbolic_inputs
 
     name = "triton" if graph_device_type(example_inputs) == "cuda" else "cpp"
+    if has_symbolic_inputs(gm, example_inputs):  # from Dynamo: compiled per concrete sizes
+        return SpecializedPerSizes(gm, lookup_backend(name, options))
     return lookup_backend(name, options)(gm, example_inputs)
 
 
@@ -34,3 +37,5 @@ def _before_capture(args: tuple) -> None:
 
 
 default_backend.before_capture = _before_capture
+# Follows the kernel backends it picks (frontend/dynamic_dims.py).
+default_backend.accepts_symbolic_sizes = False

@@ -224,3 +224,8 @@ def _uses_cuda(args: tuple) -> bool:
 
 
 triton_backend.before_capture = start_compile_workers_early
+
+
+# Lowering takes static sizes only until SizeVars carries symbolic ones: the frontend
+# compiles graphs for this backend static (frontend/dynamic_dims.py).
+triton_backend.accepts_symbolic_sizes = False

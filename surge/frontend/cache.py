@@ -16,6 +16,7 @@ from ..counters import counters
 from . import disk_cache
 from .cache_entry import CacheEntry
 from .codegen import MISS
+from .dynamic_dims import DynamicState
 
 
 class CodeCache:
@@ -34,6 +35,8 @@ class CodeCache:
         self.runners: list = []
         self.recompiles = 0
         self.run_eagerly = False
+        # The sizes and numbers earlier captures saw: what changed becomes symbolic.
+        self.dynamic_state = DynamicState()
         # Entries were dropped because an object they held died: capturing again is a
         # recompile all the same.
         self.dropped = False
@@ -43,6 +46,7 @@ class CodeCache:
         self.runners.clear()
         self.recompiles = 0
         self.run_eagerly = False
+        self.dynamic_state = DynamicState()
         self.dropped = False
         self._disk_entries = None
 
@@ -89,7 +93,7 @@ class CodeCache:
         counters["frames"] += 1
         resume_caller = None if self.resume_cache is None else \
             ResumeCaller(self.resume_cache, options, backend, records)
-        entry = capture_call(fn, args, kwargs, options, backend, resume_caller)
+        entry = capture_call(fn, args, kwargs, options, backend, resume_caller, dynamic_state=self.dynamic_state)
         entry.recompile_reason = recompile_reason
         if entry.disk_record is not None:
             if use_disk and self._disk_key is not None:

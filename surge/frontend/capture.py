@@ -31,6 +31,7 @@ from .breaks import (
 from .cache_entry import BreakReason, CacheEntry
 from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
 from .codegen import EntryCodegen, generate_diagnosis, generate_entry
+from .dynamic_dims import DynamicDims, install_shape_guards
 from .global_state import functorch_transform_active, preserved_global_state
 from .interpreter import Frame
 from .interpreter.frame import StopForBreak
@@ -88,7 +89,7 @@ def _timed_compile(capture):
 
 @_timed_compile
 def capture_call(fn, args: tuple, kwargs: dict, options, backend,
-                 resume_caller: ResumeCaller | None = None) -> CacheEntry:
+                 resume_caller: ResumeCaller | None = None, dynamic_state=None) -> CacheEntry:
     """Capture ``fn(*args, **kwargs)``; never raises unless fullgraph/raise_internal_errors ask.
 
     When the root frame meets something it cannot capture and ``resume_caller``
@@ -98,7 +99,7 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
     """
     start = time.perf_counter()
     try:
-        return _capture(fn, args, kwargs, options, backend, start)
+        return _capture(fn, args, kwargs, options, backend, start, dynamic_state)
     except _Failed as failed:
         failed.__traceback__ = None  # see _Failed
         error = failed.error
@@ -108,14 +109,14 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
         if point is None or resume_caller is None or _only_reads_a_local(fn.__code__, point[0]):
             return _fallback(failed.tracer, fn, error, start)
         try:
-            return _capture(fn, args, kwargs, options, backend, start,
+            return _capture(fn, args, kwargs, options, backend, start, dynamic_state,
                             stop=BreakPoint(point[0], point[1], _reason(error), resume_caller))
         except _Failed as again:
             again.__traceback__ = None
             earlier = getattr(again.error, "retry_at", None)
             if earlier is not None and earlier[1] >= 0:  # split earlier, where the state can be handed over
                 try:
-                    return _capture(fn, args, kwargs, options, backend, start,
+                    return _capture(fn, args, kwargs, options, backend, start, dynamic_state,
                                     stop=BreakPoint(earlier[0], earlier[1], _reason(error), resume_caller))
                 except _Failed as third:
                     third.__traceback__ = None
@@ -161,8 +162,10 @@ def _reason(error: Unsupported) -> BreakReason:
     return BreakReason(reason, error.location, getattr(error, "source_text", "") or "")
 
 
-def _capture(fn, args, kwargs, options, backend, start, stop: BreakPoint | None = None) -> CacheEntry:
+def _capture(fn, args, kwargs, options, backend, start, dynamic_state=None,
+             stop: BreakPoint | None = None) -> CacheEntry:
     tracer = Tracer(options)
+    tracer.dynamic = DynamicDims(options, dynamic_state, backend)
     tracer.fresh_parameters = fresh_parameters(fn.__code__)
     grad_before = torch.is_grad_enabled()
     tracer.guards.global_state(grad_before, torch.get_default_dtype())
@@ -243,6 +246,7 @@ def _compile_graph(tracer: Tracer, fn, outputs: list, backend, skip_empty: bool)
     builder = tracer.graph
     builder.output([o.node for o in outputs])
     if skip_empty and not _has_ops(builder.graph):
+        install_shape_guards(tracer)
         return None, None
     gm = builder.graph_module()
     example_inputs = [real for _, real in builder.inputs]
@@ -252,6 +256,7 @@ def _compile_graph(tracer: Tracer, fn, outputs: list, backend, skip_empty: bool)
     write_current(tracer.options, "graph.py", lambda: gm.print_readable(print_output=False))
     with phase_timer.phase("other"):  # the backend times its own phases; the rest is not capture
         compiled = call_backend(backend, gm, example_inputs)
+    install_shape_guards(tracer)  # after the backend: tracing the graph may decide on sizes too
     if any(n.target in AUTOCAST_GRAPH_FUNCTIONS for n in gm.graph.nodes):
         compiled = restore_autocast_on_error(compiled)
     counters["graphs"] += 1
@@ -311,7 +316,7 @@ def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
     )
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer),
                        graph=gm, compile_seconds=time.perf_counter() - start, constants=tracer.consts)
-    if options.frontend_cache and disk_cache.stores_captures_of(fn.__code__):
+    if options.frontend_cache and disk_cache.stores_captures_of(fn.__code__) and not tracer.dynamic.active:
         entry.disk_record = disk_cache.make_record(
             tracer, gm, input_sources=input_sources,
             return_expr=lambda cg: ReturnCodegen(cg, output_index).expr(result),
@@ -334,6 +339,7 @@ def _context_decorated_entry(fn, callees, start) -> CacheEntry:
 
 
 def _fallback(tracer: Tracer, fn, error: Unsupported, start) -> CacheEntry:
+    install_shape_guards(tracer)
     reason = _reason(error)
     fallbacks.announce(reason.reason, location=reason.location)
     source, run = generate_entry(tracer.guards, tracer.consts, input_sources=[], return_expr=None,

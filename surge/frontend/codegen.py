@@ -49,9 +49,12 @@ class EntryCodegen:
         return name
 
     def condition(self, guard) -> str:
+        text = guard.condition
+        for token, source in guard.more:
+            text = text.replace(token, self.value_of(source))
         if guard.source is None:
-            return guard.condition
-        text = guard.condition.replace("{v}", self.value_of(guard.source))
+            return text
+        text = text.replace("{v}", self.value_of(guard.source))
         if guard.other is not None:
             text = text.replace("{w}", self.value_of(guard.other))
         return text
@@ -210,8 +213,11 @@ def generate_diagnosis(guards: GuardSet, consts: ConstTable):
     ``L['n'] == 8 failed: actual 9`` (run on a cache miss only)."""
     codegen = EntryCodegen(consts)
     lines = ["def diagnose(fn, args, kwargs):"]
-    checks = list(_guard_checks(codegen, guards, module_bindings(guards, consts)))
-    for i, (guard, cond, text) in enumerate(checks):
+    checks: list = []
+    # Taken one at a time: each check's reads are the lines the generator added for it.
+    for i, check in enumerate(_guard_checks(codegen, guards, module_bindings(guards, consts))):
+        checks.append(check)
+        guard, cond, text = check
         new = list(codegen.lines)
         codegen.lines.clear()
         value = codegen.value_of(guard.source) if guard is not None and guard.source is not None else "ABSENT"

@@ -24,8 +24,12 @@ class GraphBuilder:
         self._last_placeholder: torch.fx.Node | None = None
         # Subgraphs that get_attr nodes name (the branches of torch.cond).
         self.submodules: dict[str, torch.fx.GraphModule] = {}
+        # Expression -> the node computing a symbolic size (frontend/dynamic_dims.py).
+        self.symbolic_nodes: dict = {}
 
-    def placeholder(self, source: Source, real: torch.Tensor, name_hint: str) -> torch.fx.Node:
+    def placeholder(self, source: Source, real, name_hint: str, meta=None) -> torch.fx.Node:
+        """The graph input read from ``source``; ``meta`` (a meta tensor with symbolic sizes,
+        or a SymInt) stands for ``real`` when given."""
         node = self._placeholder_by_source.get(source)
         if node is not None:
             return node
@@ -37,8 +41,9 @@ class GraphBuilder:
             ctx = self.graph.inserting_after(self._last_placeholder)
         with ctx:
             node = self.graph.placeholder(name)
-        node.meta["val"] = meta_utils.to_meta(real)
-        node.meta["device"] = real.device
+        node.meta["val"] = meta_utils.to_meta(real) if meta is None else meta
+        if isinstance(real, torch.Tensor):
+            node.meta["device"] = real.device
         node.meta["source"] = source.name()
         self._last_placeholder = node
         self._placeholder_by_source[source] = node

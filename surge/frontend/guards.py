@@ -30,9 +30,12 @@ class Guard:
     other: Source | None = None  # a second source, "{w}", for guards relating two values
     # The failing value for a recompile message: value -> text (default: describe_actual)
     actual: object = None
+    # (token, source) pairs: each "{@name}" token in the condition is that source's value
+    # (conditions on several symbolic sizes, dynamic_dims.py).
+    more: tuple = ()
 
     def key(self):
-        return (self.source, self.condition, self.other)
+        return (self.source, self.condition, self.other, self.more)
 
 
 class GuardSet:
@@ -42,8 +45,8 @@ class GuardSet:
         self._keys: set = set()
 
     def add(self, source: Source | None, condition: str, text: str, other: Source | None = None,
-            actual=None) -> None:
-        guard = Guard(source, condition, text, other, actual)
+            actual=None, more: tuple = ()) -> None:
+        guard = Guard(source, condition, text, other, actual, more)
         if guard.key() in self._keys:
             return
         self._keys.add(guard.key())

@@ -13,6 +13,8 @@ import math
 from ..errors import Unsupported
 from .variables.base import Variable
 from .variables.builtins import BuiltinVariable
+from .dynamic_dims import symbolic_expression
+from .shape_env import is_symbolic
 from .variables.constant import ConstantVariable
 from .variables.containers import (
     DictVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, key_variable,
@@ -74,6 +76,8 @@ class ReturnCodegen:
         self.output_index = output_index  # fx node -> position in the graph's outputs
 
     def const(self, value, hint="K"):
+        if is_symbolic(value):  # a symbolic size: its expression over the entry's reads of the symbols
+            return symbolic_expression(self.codegen, value)
         if type(value) in _LITERAL_TYPES or (type(value) is float and math.isfinite(value)):
             return repr(value)
         return self.codegen.consts.ref(value, hint)

@@ -13,6 +13,7 @@ import torch
 
 from ..options import Options
 from .code_kinds import DECORATE_CONTEXT_CODE
+from .dynamic_dims import DynamicDims
 from .graph_builder import GraphBuilder
 from .side_effects import SideEffects
 from .guards import GuardSet
@@ -46,6 +47,8 @@ class Tracer:
         self.consts = ConstTable()
         self.guards = GuardSet(self.consts)
         self.graph = GraphBuilder()
+        # Which sizes are symbolic, and the shape environment (set per capture, capture.py).
+        self.dynamic = DynamicDims(options, None, None)
         self.side_effects = SideEffects()
         self.grad_enabled = torch.is_grad_enabled()
         # Whether tensor subclasses' __torch_function__ overrides run (variables/torch_function.py):

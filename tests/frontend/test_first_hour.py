@@ -36,9 +36,11 @@ def add_one(x):
 # ---- fallbacks speak by default ----------------------------------------------
 
 def test_a_backend_failure_warns_once_per_code_object(caplog):
-    compiled = surge.compile(add_one, backend=exploding_backend)
+    # dynamic=False: three shapes, three captures, each falls back (a changed size would
+    # otherwise be symbolic, and that capture's fallback entry would serve the third)
+    compiled = surge.compile(add_one, backend=exploding_backend, dynamic=False)
     with caplog.at_level(logging.WARNING, logger="surge"):
-        for n in (2, 3, 4):  # three shapes: three captures, each falls back
+        for n in (2, 3, 4):
             x = torch.randn(n)
             same(compiled(x), x + 1)
     assert surge.counters.fallbacks == 3

@@ -109,7 +109,11 @@ def _delete_subscr(frame, inst):
 def _make_slice(start, stop, step=None):
     step = step if step is not None else ConstantVariable(None)
     if start.is_constant() and stop.is_constant() and step.is_constant():
-        return ConstantVariable(slice(start.as_constant(), stop.as_constant(), step.as_constant()))
+        # Symbolic bounds stay symbolic (``x[:, :t]`` of a dynamic length); what indexes a
+        # Python sequence with the slice specializes them then.
+        parts = [p.symbolic_value() if isinstance(p, ConstantVariable) else p.as_constant()
+                 for p in (start, stop, step)]
+        return ConstantVariable(slice(*parts))
     return SliceVariable(start, stop, step)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import operator
 
+import torch
+
 from ..variables.base import Variable, raise_in_user_code, unsupported
 from ..variables.constant import ConstantVariable
 from ..variables.containers import (
@@ -59,11 +61,20 @@ def unary_op(tx, fn, value: Variable) -> Variable:
             unsupported("using a tensor as an index into a Python sequence")
         return record_op(tx, "call_function", fn, [value], {})
     if value.is_constant():
+        operand = _arithmetic_value(value)
+        if fn is operator.invert and isinstance(operand, torch.SymInt):
+            return ConstantVariable(-operand - 1)  # torch.SymInt has no ~; for ints ~n == -n - 1
         try:
-            return ConstantVariable(fn(value.as_constant()))
+            return ConstantVariable(fn(operand))
         except Exception as e:
             unsupported(f"{fn.__name__} raised {type(e).__name__}: {e}")
     unsupported(f"{fn.__name__} of {value}")
+
+
+def _arithmetic_value(v: Variable):
+    """Operators keep symbolic sizes symbolic: their results are expressions, their
+    comparisons conditions the shape environment guards where they are decided."""
+    return v.symbolic_value() if isinstance(v, ConstantVariable) else v.as_constant()
 
 
 def binary_op(tx, fn, a: Variable, b: Variable) -> Variable:
@@ -85,7 +96,7 @@ def binary_op(tx, fn, a: Variable, b: Variable) -> Variable:
         return binary_op(tx, inplace_of, a, b)
     if a.is_constant() and b.is_constant():
         try:
-            return tx.wrap(fn(a.as_constant(), b.as_constant()), None)
+            return tx.wrap(fn(_arithmetic_value(a), _arithmetic_value(b)), None)
         except Exception as e:
             raise_in_user_code(type(e), f"{fn.__name__}: {e}")
     rule = _SEQUENCE_RULES.get(fn)

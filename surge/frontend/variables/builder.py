@@ -37,6 +37,7 @@ from .optimizers import OptimizerVariable
 from .tensor import TensorVariable
 from .tensor_subclasses import plain_alias
 from .torch_function import overrides_torch_function
+from ..dynamic_dims import tensor_guard
 from .torch_fns import TORCH_FUNCTION_RULES, TorchFunctionVariable
 
 _CALLABLE_TYPES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodDescriptorType,
@@ -52,6 +53,9 @@ def wrap_value(tx, value, source):
             guards.identity(source, value)
         return ConstantVariable(value, source)
     if is_constant_value(value) and not isinstance(value, tuple):
+        symbolic = tx.dynamic.number(tx, value, source) if guards else None
+        if symbolic is not None:  # guarded by the shape environment (its type and facts)
+            return ConstantVariable(symbolic, source)
         if guards:
             guards.constant(source, value)
         return ConstantVariable(value, source)
@@ -268,6 +272,13 @@ def _wrap_tensor(tx, value: torch.Tensor, source):
         return _wrap_subclass_tensor(tx, value, source)
     if value.is_sparse or value.layout != torch.strided:
         unsupported("sparse or non-strided tensor input")
+    dims = tx.dynamic.tensor_dims(value, source)
+    if dims:
+        meta, strides = tx.dynamic.symbolic_tensor(tx, value, source, dims)
+        tensor_guard(tx, source, value, list(meta.shape), strides)
+        node = tx.graph.placeholder(source, value, source.name(), meta=meta)
+        node.meta["device"] = value.device
+        return TensorVariable(node, meta, value.device, cls=type(value), source=source, real=value)
     tx.guards.tensor(source, value)
     node = tx.graph.placeholder(source, value, source.name())
     return TensorVariable(node, node.meta["val"], value.device, cls=cls, source=source, real=value)

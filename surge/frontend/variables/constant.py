@@ -14,6 +14,9 @@ CONSTANT_TYPES = (
     int, float, bool, str, bytes, complex, type(None), type(Ellipsis), type(NotImplemented),
     range, slice, frozenset, torch.dtype, torch.device, torch.layout, torch.memory_format,
     torch.finfo, torch.iinfo, torch.Size,
+    # Symbolic sizes and numbers (dynamic_dims.py): computed with as numbers, guarded by the
+    # shape environment where a decision depends on their value.
+    torch.SymInt, torch.SymFloat, torch.SymBool,
     # Code objects are immutable; a read of ``fn.__code__`` is covered by fn's identity guard.
     types.CodeType,
 )
@@ -39,18 +42,31 @@ def is_numpy_scalar_type(cls) -> bool:
     return np is not None and isinstance(cls, type) and issubclass(cls, (np.integer, np.floating, np.bool_))
 
 
+_SYMBOLIC_TYPES = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}
+
+
 class ConstantVariable(Variable):
     def __init__(self, value, source=None):
         self.value = value
         self.source = source
 
     def python_type(self):
-        return type(self.value)
+        return _SYMBOLIC_TYPES.get(type(self.value)) or type(self.value)
 
     def is_constant(self):
         return True
 
     def as_constant(self):
+        """The value as Python computes with it. A symbolic size or number (dynamic_dims.py)
+        is specialized to its example value here, under a guard: whatever folds it with
+        a Python function (``str``, ``format``, ``range``...) sees a plain number.
+        Arithmetic and comparisons keep it symbolic (``symbolic_value``)."""
+        if type(self.value) in _SYMBOLIC_TYPES:
+            return self.value.node.guard_value()
+        return self.value
+
+    def symbolic_value(self):
+        """The value, symbolic sizes and numbers as they are (for arithmetic on them)."""
         return self.value
 
     def truthy(self, tx):

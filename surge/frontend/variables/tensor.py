@@ -15,6 +15,8 @@ import torch
 from ...registry import rule_registrar
 from .. import meta as meta_utils
 from ..graph_builder import run_on_meta
+from ..shape_env import hint_of, is_symbolic
+from ..symbolic_meta import symbolic_meta
 from .autocast import run_under_autocast
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .constant import ConstantVariable, is_constant_value, is_numpy_scalar
@@ -112,7 +114,7 @@ def call_tensor_method(tx, tensor: TensorVariable, name: str, args: list, kwargs
 # ---- turning symbolic arguments into FX / meta arguments -------------------------
 
 
-def _unwrap(value: Variable, devices: list):
+def _unwrap(tx, value: Variable, devices: list):
     """(fx argument, meta argument) for one symbolic argument."""
     if isinstance(value, TensorVariable):
         devices.append(value.device)
@@ -122,20 +124,22 @@ def _unwrap(value: Variable, devices: list):
     if isinstance(value, ConstantVariable):
         if is_numpy_scalar(value.value):  # torch takes it as the Python number it holds
             return value.value.item(), value.value.item()
+        if tx.dynamic.active:  # symbolic sizes become nodes computing them (dynamic_dims.py)
+            return tx.dynamic.graph_value(tx, value.value), meta_number(value.value)
         return value.value, value.value
     if isinstance(value, (TupleVariable, ListVariable)):
-        pairs = [_unwrap(v, devices) for v in value.items]
+        pairs = [_unwrap(tx, v, devices) for v in value.items]
         kind = list if isinstance(value, ListVariable) else tuple
         return kind(p[0] for p in pairs), kind(p[1] for p in pairs)
     if isinstance(value, SliceVariable):
-        parts = [_unwrap(v, devices) for v in (value.start, value.stop, value.step)]
-        if any(isinstance(p[0], torch.fx.Node) for p in parts):
+        parts = [_unwrap(tx, v, devices) for v in (value.start, value.stop, value.step)]
+        if any(isinstance(p[0], torch.fx.Node) and not is_symbolic(p[0].meta.get("val")) for p in parts):
             unsupported("slicing with a tensor as a bound")
         return slice(*(p[0] for p in parts)), slice(*(p[1] for p in parts))
     if isinstance(value, DictVariable):
         out_fx, out_meta = {}, {}
         for k, v in value.items.items():
-            out_fx[k], out_meta[k] = _unwrap(v, devices)
+            out_fx[k], out_meta[k] = _unwrap(tx, v, devices)
         return out_fx, out_meta
     unsupported(f"passing {value} to a tensor operation")
 
@@ -154,20 +158,20 @@ def record_plain_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable
     devices: list = []
     fx_args, meta_args = [], []
     for a in args:
-        f, m = _unwrap(a, devices)
+        f, m = _unwrap(tx, a, devices)
         fx_args.append(f)
         meta_args.append(m)
     fx_kwargs, meta_kwargs = {}, {}
     for k, v in kwargs.items():
-        fx_kwargs[k], meta_kwargs[k] = _unwrap(v, devices)
+        fx_kwargs[k], meta_kwargs[k] = _unwrap(tx, v, devices)
     meta_args, meta_kwargs, explicit_device = meta_utils.strip_devices(
         target, tuple(meta_args), meta_kwargs, kind == "call_method"
     )
-    if tx.autocast_blocks:
-        result = run_under_autocast(tx.autocast_blocks, lambda a, k: run_on_meta(kind, target, a, k),
-                                    meta_args, meta_kwargs, devices)
+    if tx.dynamic.active:
+        with symbolic_meta():
+            result = _run(tx, kind, target, meta_args, meta_kwargs, devices)
     else:
-        result = run_on_meta(kind, target, meta_args, meta_kwargs)
+        result = _run(tx, kind, target, meta_args, meta_kwargs, devices)
     if not devices and not isinstance(result, (torch.Tensor, tuple, list)) and is_constant_value(result):
         # No tensor went in, so the result is a plain function of Python values.
         return ConstantVariable(result)
@@ -182,6 +186,25 @@ def record_plain_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable
         # its attributes); the graph keeps the op, later reads see the new value.
         return args[0]
     return wrapped
+
+
+def meta_number(value):
+    """A symbolic float runs meta kernels as its hint (no meta result depends on a float's
+    value); symbolic ints stay symbolic (they may be sizes)."""
+    if isinstance(value, torch.SymFloat):
+        return hint_of(value)
+    if isinstance(value, torch.SymBool):
+        return value.node.guard_bool()
+    if isinstance(value, (tuple, list)) and any(isinstance(v, torch.SymFloat) for v in value):
+        return type(value)(meta_number(v) for v in value)
+    return value
+
+
+def _run(tx, kind, target, meta_args, meta_kwargs, devices):
+    if tx.autocast_blocks:
+        return run_under_autocast(tx.autocast_blocks, lambda a, k: run_on_meta(kind, target, a, k),
+                                  meta_args, meta_kwargs, devices)
+    return run_on_meta(kind, target, meta_args, meta_kwargs)
 
 
 # Ops run for their effect on an argument; they return None.

@@ -96,7 +96,7 @@ def test_module_call_form_with_eager_backend():
     "kwargs,error,word",
     [
         ({"mode": "bogus"}, ValueError, "mode"),
-        ({"dynamic": True}, ValueError, "dynamic"),
+        ({"dynamic": "always"}, ValueError, "dynamic"),
         ({"backend": "nope"}, ValueError, "nope"),
         ({"options": {"nope": 1}}, ValueError, "nope"),
         ({"backend": 123}, TypeError, "backend"),

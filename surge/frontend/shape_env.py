@@ -1,0 +1,707 @@
+"""The shape environment: size symbols, what the graph assumes of them, and torch.SymInt.
+
+One ``ShapeEnv`` per capture. ``size_symbol`` makes a symbol for a tensor
+dimension (range ``[2, inf)`` by default: sizes 0 and 1 stay specialized, as
+broadcasting and contiguity treat them apart) or for a Python number
+(``number_symbol``), and returns a ``torch.SymInt`` / ``torch.SymFloat`` whose
+node is a ``SizeNode``: surge's own implementation of torch's SymNode protocol.
+Meta kernels run on meta tensors with such sizes, so every shape computation
+(broadcasting, ``view``'s size inference, ``cat``) runs torch's own rules on
+symbolic values, and each decision they make on a size (``guard_bool``,
+``guard_int``) comes here: decided statically from the normal form and the
+ranges when it can be (no guard), else answered from the hints (the example
+values) and recorded as a *fact* the entry must check. Facts refine what is
+known: ``s1 == s0`` replaces ``s1`` by ``s0`` in later expressions, ``s0 >= 16``
+narrows the range, ``s0 == 8`` specializes ``s0``.
+
+``guard_conditions`` renders the ranges and facts as Python conditions for the
+entry's one check function (codegen.py).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .. import logs
+from .symbolic import INF, Expr, Fn, Rel, Symbol, apply_fn, decide, value_range
+
+
+@dataclass
+class SymbolInfo:
+    symbol: Symbol
+    source: object          # where the entry reads its value (a frontend Source)
+    hint: int | float
+    low: float
+    high: float
+    reason: str             # why it is symbolic (logged, shown by explain)
+    is_size: bool = False   # a tensor's size: an int by construction (no type check)
+
+
+@dataclass
+class Fact:
+    rel: Rel
+    why: str
+
+
+class ShapeEnv:
+    def __init__(self):
+        self.symbols: dict[Symbol, SymbolInfo] = {}
+        self.replacements: dict[Symbol, Expr] = {}
+        self.facts: list[Fact] = []
+        self._known: set = set()   # simplified relations known true
+        self._symints: dict[Symbol, object] = {}
+        # Memo of simplify and static_value, emptied when a fact is recorded.
+        self._simplified: dict = {}
+
+    # ---- symbols ---------------------------------------------------------------
+    def size_symbol(self, source, hint: int, reason: str, low=None, high=None):
+        """A SymInt for a tensor dimension of size ``hint``."""
+        low = 2 if low is None else low
+        high = INF if high is None else high
+        return self._new(source, hint, reason, low, high, is_float=False, is_size=True)
+
+    def number_symbol(self, source, hint, reason: str):
+        is_float = isinstance(hint, float)
+        return self._new(source, hint, reason, -INF, INF, is_float=is_float)
+
+    def _new(self, source, hint, reason, low, high, *, is_float, is_size=False):
+        symbol = Symbol(f"{'f' if is_float else 's'}{len(self.symbols)}", is_float)
+        self.symbols[symbol] = SymbolInfo(symbol, source, hint, low, high, reason, is_size)
+        logs.log("dynamic", f"{symbol.name} = {source.name()} (hint {hint!r}, range [{_bound(low)}, "
+                            f"{_bound(high)}]) is symbolic: {reason}")
+        node = SizeNode(self, Expr.atom(symbol), float if is_float else int, hint)
+        value = torch.SymFloat(node) if is_float else torch.SymInt(node)
+        self._symints[symbol] = value
+        return value
+
+    def value_of(self, symbol: Symbol):
+        """The SymInt / SymFloat standing for ``symbol``."""
+        return self._symints[symbol]
+
+    def hint(self, symbol: Symbol):
+        return self.symbols[symbol].hint
+
+    def range(self, symbol: Symbol) -> tuple:
+        info = self.symbols[symbol]
+        return info.low, info.high
+
+    # ---- reasoning ---------------------------------------------------------------
+    def simplify(self, expr: Expr) -> Expr:
+        """``expr`` with the replacements made and max/min/floordiv/mod that the ranges
+        decide folded (memoized until a fact changes what is known)."""
+        found = self._simplified.get(expr)
+        if found is not None:
+            return found
+        out = expr
+        atoms = expr.atoms()
+        if self.replacements and any(a in self.replacements for a in atoms):
+            out = out.substitute(self.replacements)
+        if any(isinstance(a, Fn) for a in atoms):
+            out = out.substitute_fns(self._simplify_fn)
+        self._simplified[expr] = out
+        return out
+
+    def _simplify_fn(self, fn: Fn):
+        a, b = (self.simplify(x) for x in fn.args)
+        if fn.op in ("max", "min"):
+            low, high = value_range(a - b, self.range)
+            if low >= 0:
+                return a if fn.op == "max" else b
+            if high <= 0:
+                return b if fn.op == "max" else a
+        elif fn.op in ("floordiv", "mod"):
+            a_low, a_high = value_range(a, self.range)
+            b_low = value_range(b, self.range)[0]
+            if a_low >= 0 and b_low > 0 and value_range(b - a, self.range)[0] > 0:
+                return Expr.const(0) if fn.op == "floordiv" else a  # 0 <= a < b
+        return apply_fn(fn.op, a, b)
+
+    def static_value(self, rel: Rel):
+        """True/False when ``rel`` is decided without a guard, else None."""
+        key = ("static", rel)
+        if key in self._simplified:
+            return self._simplified[key]
+        rel = Rel(rel.op, self.simplify(rel.expr))
+        if rel in self._known:
+            value = True
+        elif rel.negate() in self._known:
+            value = False
+        else:
+            value = decide(rel, self.range)
+        self._simplified[key] = value
+        return value
+
+    def hint_value(self, expr: Expr):
+        return expr.evaluate(self.hint)
+
+    def assume(self, rel: Rel, why: str) -> bool:
+        """The truth of ``rel`` for the hints; recorded as a fact when not decided statically."""
+        known = self.static_value(rel)
+        if known is not None:
+            return known
+        value = rel.evaluate(self.hint)
+        fact = rel if value else rel.negate()
+        self._record(Rel(fact.op, self.simplify(fact.expr)), why)
+        return value
+
+    def specialize(self, expr: Expr, why: str):
+        """``expr`` as a number: the hint, under the fact ``expr == hint``."""
+        expr = self.simplify(expr)
+        c = expr.constant()
+        if c is not None:
+            return c
+        value = self.hint_value(expr)
+        self._record(Rel("==", expr - value), why)
+        return value
+
+    def _record(self, rel: Rel, why: str) -> None:
+        self._simplified.clear()
+        self._known.add(rel)
+        logs.log("dynamic", f"guard {rel} ({why})")
+        if not self._narrow_range(rel):  # a range is checked as the symbol's range
+            self.facts.append(Fact(rel, why))
+        if rel.op != "==":
+            return
+        terms = rel.expr.terms
+        if not all(m == () or _is_linear_symbol(m) for m, _ in terms):
+            return
+        linear = [(m[0][0], c) for m, c in terms if m != ()]
+        constant = sum(c for m, c in terms if m == ())
+        if len(linear) == 1 and abs(linear[0][1]) == 1:
+            symbol, coeff = linear[0]
+            self._replace(symbol, Expr.const(-constant * coeff), why)
+        elif len(linear) == 2 and constant == 0 and {c for _, c in linear} == {1, -1}:
+            a, b = sorted((s for s, _ in linear), key=lambda s: s.sort_key())
+            self._replace(b, Expr.atom(a), why)   # the later symbol is replaced by the earlier
+
+    def _narrow_range(self, rel: Rel) -> bool:
+        """``a*s + c < 0`` (or ``<= 0``) narrows the range of ``s``; True when it did."""
+        terms = rel.expr.terms
+        if rel.op not in ("<", "<=") or not all(m == () or _is_linear_symbol(m) for m, _ in terms):
+            return False
+        linear = [(m[0][0], c) for m, c in terms if m != ()]
+        if len(linear) != 1:
+            return False
+        constant = sum(c for m, c in terms if m == ())
+        symbol, coeff = linear[0]
+        info = self.symbols[symbol]
+        bound = -constant / coeff
+        strict = rel.op == "<"
+        if symbol.is_float:
+            if strict:
+                return False  # a float range is closed: keep the strict fact
+            if coeff > 0:
+                info.high = min(info.high, bound)
+            else:
+                info.low = max(info.low, bound)
+            return True
+        if coeff > 0:   # s < bound (or <=)
+            info.high = min(info.high, math.ceil(bound) - 1 if strict else math.floor(bound))
+        else:           # s > bound (or >=)
+            info.low = max(info.low, math.floor(bound) + 1 if strict else math.ceil(bound))
+        return True
+
+    def _replace(self, symbol: Symbol, value: Expr, why: str) -> None:
+        if symbol in self.replacements:
+            return
+        value = self.simplify(value)
+        self.replacements[symbol] = value
+        for s, v in list(self.replacements.items()):
+            self.replacements[s] = v.substitute({symbol: value})
+        info = self.symbols[symbol]
+        if value.constant() is not None:
+            logs.log("dynamic", f"{symbol.name} ({info.source.name()}) specialized to {value.constant()!r}: {why}")
+
+    # ---- rendering --------------------------------------------------------------
+    def guard_conditions(self, name_of) -> list[tuple[str, str]]:
+        """(Python condition, readable text) per check: each symbol's range, then the facts.
+        ``name_of(symbol)`` is the entry's expression for the symbol's value."""
+        checks = []
+        for symbol, info in self.symbols.items():
+            name = name_of(symbol)
+            kind = "float" if symbol.is_float else "int"
+            # The first check of each symbol says what it is and why it is symbolic.
+            why = f" ({symbol.name}, symbolic: {info.reason})"
+            if not info.is_size:
+                checks.append((f"type({name}) is {kind}", f"{info.source.name()} is an {kind}{why}"))
+            low, high = info.low, info.high
+            if low != -INF:
+                checks.append((f"{name} >= {low!r}", f"{info.source.name()} >= {low!r}{why}"))
+            if high != INF:
+                checks.append((f"{name} <= {high!r}", f"{info.source.name()} <= {high!r}"))
+        for fact in self.facts:
+            checks.append((fact.rel.render(name_of), f"{fact.rel.render(lambda s: self.symbols[s].source.name())}"
+                                                     f" ({fact.why})"))
+        return checks
+
+
+def _is_linear_symbol(mono) -> bool:
+    return len(mono) == 1 and mono[0][1] == 1 and isinstance(mono[0][0], Symbol)
+
+
+def _bound(value) -> str:
+    return "inf" if value == INF else "-inf" if value == -INF else repr(value)
+
+
+# ---- the SymNode protocol -------------------------------------------------------
+
+def expr_of(value) -> Expr:
+    """The expression of a SymInt / SymFloat / SizeNode / number."""
+    if isinstance(value, SizeNode):
+        return value.expr
+    if isinstance(value, (torch.SymInt, torch.SymFloat)):
+        return value.node.expr
+    return Expr.const(value)
+
+
+def is_symbolic(value) -> bool:
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)) and isinstance(value.node, SizeNode)
+
+
+def hint_of(value):
+    """The example value of a size (a SymInt's hint, a number itself): never a guard."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return value.node.hint
+    if isinstance(value, (tuple, list, torch.Size)):
+        return type(value)(hint_of(v) for v in value) if not isinstance(value, torch.Size) \
+            else tuple(hint_of(v) for v in value)
+    return value
+
+
+def env_of(value):
+    """The ShapeEnv of a symbolic value (or of the first one in a nested structure), else None."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)) and isinstance(value.node, SizeNode):
+        return value.node.env
+    if isinstance(value, (tuple, list, torch.Size)):
+        for v in value:
+            found = env_of(v)
+            if found is not None:
+                return found
+    if isinstance(value, torch.Tensor):
+        return env_of(tuple(value.shape)) or env_of(tuple(value.stride()))
+    return None
+
+
+class SizeNode:
+    """One symbolic int, float or bool: an expression (or a ``Rel`` / bool combination)
+    and its hint. torch.SymInt(node) calls these methods by name."""
+
+    def __init__(self, env: ShapeEnv, expr, pytype, hint):
+        self.env = env
+        self.expr = expr
+        self.pytype = pytype
+        self._hint = hint
+
+    # torch's Python helpers read this; they take the "no shape env" path (guard_bool).
+    shape_env = None
+
+    @property
+    def hint(self):
+        return self._hint
+
+    def has_hint(self):
+        return True
+
+    def is_int(self):
+        return self.pytype is int
+
+    def is_float(self):
+        return self.pytype is float
+
+    def is_bool(self):
+        return self.pytype is bool
+
+    def is_symbolic(self):
+        return True
+
+    def is_nested_int(self):
+        return False
+
+    def nested_int(self):
+        return None
+
+    def is_constant(self):
+        return False
+
+    def clone(self):
+        return self
+
+    def str(self):
+        return repr(self.expr)
+
+    __str__ = str
+
+    def _graph_repr(self):
+        return self.str()
+
+    def __repr__(self):
+        return f"SizeNode({self.expr!r}, hint={self._hint!r})"
+
+    # ---- constants ------------------------------------------------------------
+    def _const(self, value):
+        if isinstance(value, bool):
+            return SizeNode(self.env, BoolConst(value), bool, value)
+        return SizeNode(self.env, Expr.const(value), type(value), value)
+
+    wrap_int = _const
+    wrap_float = _const
+    wrap_bool = _const
+
+    def maybe_as_int(self):
+        if self.pytype is not int:
+            return None
+        c = self.env.simplify(self.expr).constant()
+        return int(c) if c is not None else None
+
+    def maybe_as_float(self):
+        if self.pytype is not float:
+            return None
+        c = self.env.simplify(self.expr).constant()
+        return float(c) if c is not None else None
+
+    def maybe_as_bool(self):
+        if self.pytype is not bool:
+            return None
+        return static_bool(self.env, self.expr)
+
+    # ---- arithmetic -------------------------------------------------------------
+    def _arith(self, other, build, hint_fn, pytype=None):
+        o_expr = expr_of(other)
+        o_hint = other._hint if isinstance(other, SizeNode) else other
+        if pytype is None:
+            pytype = float if (self.pytype is float or (isinstance(other, SizeNode) and other.pytype is float)
+                               or isinstance(other, float)) else int
+        return SizeNode(self.env, build(self.expr, o_expr), pytype, hint_fn(self._hint, o_hint))
+
+    def add(self, o):
+        return self._arith(o, lambda a, b: a + b, lambda a, b: a + b)
+
+    def sub(self, o):
+        return self._arith(o, lambda a, b: a - b, lambda a, b: a - b)
+
+    def mul(self, o):
+        return self._arith(o, lambda a, b: a * b, lambda a, b: a * b)
+
+    def floordiv(self, o):
+        return self._arith(o, lambda a, b: apply_fn("floordiv", a, b), lambda a, b: a // b)
+
+    int_floordiv = floordiv
+
+    def mod(self, o):
+        return self._arith(o, lambda a, b: apply_fn("mod", a, b), lambda a, b: a % b)
+
+    def truediv(self, o):
+        return self._arith(o, lambda a, b: apply_fn("truediv", a, b), lambda a, b: a / b, float)
+
+    int_truediv = truediv
+    float_truediv = truediv
+
+    def pow(self, o):
+        n = expr_of(o).constant()
+        if isinstance(n, int) and n >= 0:
+            return self._arith(o, lambda a, b: a.pow(n), lambda a, b: a ** b)
+        return self._const(self.guard_value() ** (o._hint if isinstance(o, SizeNode) else o))
+
+    pow_by_natural = pow
+    float_pow = pow
+
+    def lshift(self, o):
+        k = expr_of(o).constant()
+        if isinstance(k, int) and k >= 0:
+            return self.mul(2 ** k)
+        return self._bitwise(o, lambda a, b: a << b)
+
+    def rshift(self, o):
+        k = expr_of(o).constant()
+        if isinstance(k, int) and k >= 0:
+            return self.floordiv(2 ** k)   # Python's >> floors, as // does
+        return self._bitwise(o, lambda a, b: a >> b)
+
+    def _bitwise(self, o, fn):
+        """Bitwise operators have no expression form: the operands are specialized."""
+        a = self.guard_value()
+        b = o.guard_value() if isinstance(o, SizeNode) else o
+        return self._const(fn(a, b))
+
+    def bitwise_and(self, o):
+        return self._bitwise(o, lambda a, b: a & b)
+
+    def bitwise_or(self, o):
+        return self._bitwise(o, lambda a, b: a | b)
+
+    def bitwise_xor(self, o):
+        return self._bitwise(o, lambda a, b: a ^ b)
+
+    def neg(self):
+        return SizeNode(self.env, -self.expr, self.pytype, -self._hint)
+
+    def pos(self):
+        return self
+
+    def abs(self):
+        if self.env.assume(Rel("<=", -self.expr), "abs() of a size"):
+            return self
+        return self.neg()
+
+    def sym_max(self, o):
+        return self._arith(o, lambda a, b: apply_fn("max", a, b), max)
+
+    def sym_min(self, o):
+        return self._arith(o, lambda a, b: apply_fn("min", a, b), min)
+
+    def sym_sum(self, args):
+        total = self._const(0)   # the receiver only names the environment
+        for a in args:
+            total = total.add(a)
+        return total
+
+    def sym_float(self):
+        return SizeNode(self.env, self.expr, float, float(self._hint))
+
+    def sym_int(self):
+        return self._const(int(self.guard_value()))
+
+    def _rounding(fn):  # noqa: N805  (a decorator of this class's methods)
+        def method(self):
+            return self._const(fn(self.guard_value()))
+        return method
+
+    floor = _rounding(math.floor)
+    ceil = _rounding(math.ceil)
+    trunc = _rounding(math.trunc)
+    round = _rounding(round)
+
+    # ---- comparisons --------------------------------------------------------------
+    def _compare(self, other, op):
+        rel = Rel.compare(op, self.expr, expr_of(other))
+        return SizeNode(self.env, rel, bool, rel.evaluate(self.env.hint) if rel.symbols() else
+                        rel.evaluate(lambda s: 0))
+
+    def eq(self, o):
+        return self._compare(o, "==")
+
+    def ne(self, o):
+        return self._compare(o, "!=")
+
+    def lt(self, o):
+        return self._compare(o, "<")
+
+    def le(self, o):
+        return self._compare(o, "<=")
+
+    def gt(self, o):
+        return self._compare(o, ">")
+
+    def ge(self, o):
+        return self._compare(o, ">=")
+
+    # ---- booleans ------------------------------------------------------------------
+    def _bool_op(self, other, op):
+        o_expr = other.expr if isinstance(other, SizeNode) else BoolConst(bool(other))
+        o_hint = other._hint if isinstance(other, SizeNode) else bool(other)
+        hint = (self._hint and o_hint) if op == "and" else (self._hint or o_hint)
+        return SizeNode(self.env, BoolOp(op, (self.expr, o_expr)), bool, hint)
+
+    def sym_and(self, o):
+        return self._bool_op(o, "and")
+
+    def sym_or(self, o):
+        return self._bool_op(o, "or")
+
+    and_ = sym_and
+    or_ = sym_or
+
+    def sym_not(self):
+        return SizeNode(self.env, BoolOp("not", (self.expr,)), bool, not self._hint)
+
+    def sym_ite(self, then, otherwise):
+        return then if self.guard_bool("", 0) else otherwise
+
+    # ---- turning symbolic values into Python values (guards) ---------------------
+    def guard_bool(self, file="", line=0):
+        expr = self.expr if self.pytype is bool else Rel("!=", self.expr)  # bool(n): n != 0
+        return guard_bool_expr(self.env, expr, f"a condition on sizes{_where(file, line)}")
+
+    bool_ = guard_bool
+    expect_true = guard_bool
+    guard_size_oblivious = guard_bool
+    guard_or_false = guard_bool
+    guard_or_true = guard_bool
+
+    def statically_known_true(self, file="", line=0):
+        return static_bool(self.env, self.expr) is True
+
+    def guard_value(self, file="", line=0):
+        if self.pytype is bool:
+            return self.guard_bool(file, line)
+        value = self.env.specialize(self.expr, f"its value was needed as a Python number{_where(file, line)}")
+        return self.pytype(value)
+
+    def guard_int(self, file="", line=0):
+        return int(self.guard_value(file, line))
+
+    def guard_float(self, file="", line=0):
+        return float(self.guard_value(file, line))
+
+    int_ = guard_int
+
+    def expect_size(self, file="", line=0):
+        self.env.assume(Rel("<=", -self.expr), "a size is not negative")
+        return True
+
+    def evaluate(self):
+        return self.guard_value()
+
+    def is_integer(self):
+        return self._const(True)
+
+    # ---- layout predicates (C++ asks them of symbolic tensors) --------------------
+    def is_contiguous(self, sizes, strides):
+        return self._const(contiguous_in_order(self.env, sizes, strides, range(len(sizes) - 1, -1, -1)))
+
+    def is_channels_last_contiguous_2d(self, sizes, strides):
+        return self._const(len(sizes) == 4 and contiguous_in_order(self.env, sizes, strides, (1, 3, 2, 0)))
+
+    def is_channels_last_contiguous_3d(self, sizes, strides):
+        return self._const(len(sizes) == 5 and contiguous_in_order(self.env, sizes, strides, (1, 4, 3, 2, 0)))
+
+    def is_channels_last_strides_2d(self, sizes, strides):
+        return self._const(len(sizes) == 4 and channels_last_strides(self.env, sizes, strides, (1, 3, 2, 0)))
+
+    def is_channels_last_strides_3d(self, sizes, strides):
+        return self._const(len(sizes) == 5 and channels_last_strides(self.env, sizes, strides, (1, 4, 3, 2, 0)))
+
+    def is_non_overlapping_and_dense(self, sizes, strides):
+        return self._const(non_overlapping_and_dense(self.env, sizes, strides))
+
+    def is_non_overlapping_and_dense_indicator(self, sizes, strides):
+        return self._const(int(non_overlapping_and_dense(self.env, sizes, strides)))
+
+
+def _where(file, line) -> str:
+    return f" at {file}:{line}" if file else ""
+
+
+@dataclass(frozen=True)
+class BoolConst:
+    value: bool
+
+
+@dataclass(frozen=True)
+class BoolOp:
+    op: str        # and, or, not
+    parts: tuple
+
+
+def static_bool(env: ShapeEnv, expr):
+    if isinstance(expr, BoolConst):
+        return expr.value
+    if isinstance(expr, Rel):
+        return env.static_value(expr)
+    values = [static_bool(env, p) for p in expr.parts]
+    if expr.op == "not":
+        return None if values[0] is None else not values[0]
+    if expr.op == "and":
+        return False if False in values else True if all(v is True for v in values) else None
+    return True if True in values else False if all(v is False for v in values) else None
+
+
+def hint_bool(env: ShapeEnv, expr) -> bool:
+    if isinstance(expr, BoolConst):
+        return expr.value
+    if isinstance(expr, Rel):
+        return expr.evaluate(env.hint)
+    values = [hint_bool(env, p) for p in expr.parts]
+    return (not values[0]) if expr.op == "not" else all(values) if expr.op == "and" else any(values)
+
+
+def guard_bool_expr(env: ShapeEnv, expr, why: str) -> bool:
+    """The value of a condition for the hints; the facts it rests on are recorded."""
+    if isinstance(expr, BoolConst):
+        return expr.value
+    if isinstance(expr, Rel):
+        return env.assume(expr, why)
+    known = static_bool(env, expr)
+    if known is not None:
+        return known
+    if expr.op == "not":
+        return not guard_bool_expr(env, expr.parts[0], why)
+    value = hint_bool(env, expr)
+    # Guard the parts that decide the value: all of them, or the first that settles it.
+    settles = (expr.op == "and") != value
+    for part in expr.parts:
+        if hint_bool(env, part) == (expr.op == "or") or not settles:
+            guard_bool_expr(env, part, why)
+            if settles:
+                break
+    return value
+
+
+def _truth(env: ShapeEnv, a, op: str, b, why: str) -> bool:
+    return env.assume(Rel.compare(op, expr_of(a), expr_of(b)), why)
+
+
+def contiguous_in_order(env, sizes, strides, order) -> bool:
+    """Dense in ``order`` (innermost first), ignoring dims of size 1."""
+    why = "the tensor's layout"
+    if any(_truth(env, s, "==", 0, why) for s in sizes):
+        return True
+    expected = Expr.const(1)
+    for d in order:
+        if _truth(env, sizes[d], "==", 1, why):
+            continue
+        if not env.assume(Rel("==", expr_of(strides[d]) - expected), why):
+            return False
+        expected = expected * expr_of(sizes[d])
+    return True
+
+
+def channels_last_strides(env, sizes, strides, order) -> bool:
+    """Whether strides order the dims as channels-last does (torch's heuristic of the same name)."""
+    why = "the tensor's memory format"
+    if _truth(env, strides[1], "==", 0, why):
+        return False
+    low = Expr.const(0)
+    for d in order:
+        stride = expr_of(strides[d])
+        if env.assume(Rel("<", stride - low), why):
+            return False
+        if d == 0 and env.assume(Rel("==", low - expr_of(strides[1])), why):
+            return False
+        low = stride
+        if _truth(env, sizes[d], ">", 1, why):
+            low = low * expr_of(sizes[d])
+    return True
+
+
+def non_overlapping_and_dense(env, sizes, strides) -> bool:
+    why = "the tensor's layout"
+    n = len(sizes)
+    if n == 1:
+        return _truth(env, sizes[0], "<", 2, why) or _truth(env, strides[0], "==", 1, why)
+    order = list(range(n))
+    # Insertion sort by stride (size-1 dims last), each comparison a condition on sizes.
+    for i in range(1, n):
+        j = i
+        while j > 0 and _stride_before(env, sizes, strides, order[j], order[j - 1], why):
+            order[j], order[j - 1] = order[j - 1], order[j]
+            j -= 1
+    expected = Expr.const(1)
+    for d in order:
+        if _truth(env, sizes[d], "==", 1, why):
+            continue
+        if not env.assume(Rel("==", expr_of(strides[d]) - expected), why):
+            return False
+        expected = expected * expr_of(sizes[d])
+    return True
+
+
+def _stride_before(env, sizes, strides, a, b, why) -> bool:
+    a_one, b_one = _truth(env, sizes[a], "==", 1, why), _truth(env, sizes[b], "==", 1, why)
+    if a_one or b_one:
+        return b_one and not a_one
+    return _truth(env, strides[a], "<", strides[b], why)
+
+
