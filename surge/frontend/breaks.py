@@ -46,7 +46,7 @@ from .variables.functions import (
     CellVariable, GeneratorVariable, NestedFunctionVariable, OpaqueCallableVariable, OpaqueMethodVariable,
     TensorMethodVariable, UserFunctionVariable, UserMethodVariable,
 )
-from .variables.exceptions import with_chain
+from .variables.exceptions import rebuild_exception, with_chain
 from .variables.objects import ExceptionVariable, NewObjectVariable
 
 
@@ -210,6 +210,11 @@ class BreakStateCodegen(ReturnCodegen):
         if isinstance(value, ExceptionVariable):  # raised or caught in the trace, re-raised by CPython
             cls = self.codegen.consts.ref(value.exc_type, value.exc_type.__name__)
             made = f"{cls}(" + "".join(self.expr(a) + ", " for a in value.args) + ")"
+            if not value.is_plain():  # a Python __init__ ran, keywords or attributes: not run again
+                made = (f"{self.codegen.consts.ref(rebuild_exception, 'rebuild_exception')}({cls}, "
+                        f"{self.tuple_expr(value.args)}, {self.tuple_expr(value.init_args)}, "
+                        "{" + "".join(f"{k!r}: {self.expr(v)}, " for k, v in value.init_kwargs.items()) + "}, "
+                        "{" + "".join(f"{k!r}: {self.expr(v)}, " for k, v in value.attrs.items()) + "})")
             if not value.has_chain():
                 return made
             chain = self.codegen.consts.ref(with_chain, "with_chain")
@@ -230,6 +235,9 @@ class BreakStateCodegen(ReturnCodegen):
         if isinstance(value, AutocastContextVariable):
             return autocast_expression(self.codegen.consts, value)
         return super().expr(value)
+
+    def tuple_expr(self, values) -> str:
+        return "(" + "".join(self.expr(v) + ", " for v in values) + ")"
 
     def _function(self, code, f_globals, qualname, defaults: str, kwdefaults: str, cells: list) -> str:
         maker = self.codegen.consts.ref(make_closure, "make_closure")

@@ -249,7 +249,7 @@ def getitem(tx, obj: Variable, index: Variable) -> Variable:
         try:
             return tx.wrap(obj.as_constant()[index.as_constant()], None)
         except Exception as e:
-            raise_in_user_code(type(e), f"indexing: {e}")
+            raise_in_user_code(type(e), str(e), args=e.args)
     unsupported(f"indexing {obj}")
 
 

@@ -294,6 +294,21 @@ for _fn in (int, float, complex):
     BUILTIN_RULES[_fn] = _number_conversion(_fn)
 
 
+@builtin(sys.exc_info)
+def _exc_info(tx):
+    from .exceptions import exc_info
+
+    return exc_info(tx)
+
+
+if sys.version_info >= (3, 11):
+    @builtin(sys.exception)
+    def _exception(tx):
+        from .exceptions import handled_exception
+
+        return handled_exception(tx)
+
+
 @builtin(bool)
 def _bool(tx, obj=None):
     return ConstantVariable(False if obj is None else obj.truthy(tx))
@@ -303,9 +318,8 @@ def _string_conversion(fn):
     def rule(tx, *args, **kwargs):
         from .objects import ExceptionVariable
 
-        if args and isinstance(args[0], ExceptionVariable) and all(a.is_constant() for a in args[0].args):
-            exc = args[0].exc_type(*[a.as_constant() for a in args[0].args])
-            return ConstantVariable(fn(exc, *[a.as_constant() for a in args[1:]]))
+        if fn in (str, repr) and len(args) == 1 and not kwargs and isinstance(args[0], ExceptionVariable):
+            return args[0].text(tx, fn)
         if fn in (str, repr) and len(args) == 1 and not kwargs and _plain_class(args[0]):
             # "<class 'mod.Name'>": fixed by the class's identity and its metaclass being type.
             return ConstantVariable(fn(args[0].cls))
@@ -479,9 +493,21 @@ def _next(tx, it, default=None):
     value = it.next()
     if value is None:
         if default is None:
-            raise_in_user_code(StopIteration)
+            stop_iteration(it)
         return default
     return value
+
+
+def stop_iteration(it):
+    """The StopIteration of an iterator that ran out; a finished generator's carries its
+    return value (``StopIteration.value``)."""
+    from .exceptions import ExceptionVariable
+    from .base import RaisedInUserCode
+
+    result = it.frame.return_value if getattr(it, "just_finished", False) else None
+    if result is None or result.is_constant() and result.as_constant() is None:
+        raise_in_user_code(StopIteration)
+    raise RaisedInUserCode(StopIteration, "", ExceptionVariable(StopIteration, [result]))
 
 
 @builtin(zip)

@@ -91,9 +91,9 @@ def construct(tx, class_var, args, kwargs):
 
         return construct_module(tx, cls, args, kwargs)
     if issubclass(cls, BaseException):
-        from .objects import ExceptionVariable
+        from .exceptions import construct_exception
 
-        return ExceptionVariable(cls, list(args))
+        return construct_exception(tx, cls, list(args), dict(kwargs))
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         return _namedtuple(tx, cls, args, kwargs)
     if issubclass(cls, torch.Tensor):

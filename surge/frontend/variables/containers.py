@@ -51,9 +51,14 @@ class BaseSequenceVariable(Variable):
             return self.rebuild(self.items[key])
         try:
             return self.items[operator.index(key)]
-        except IndexError:
-            raise_in_user_code(IndexError, f"index {key} out of range for a {self.python_type().__name__} "
-                                           f"of {len(self.items)}")
+        except (IndexError, TypeError):
+            # CPython's own error: the same index into a sequence of the same kind and length.
+            kind = tuple if issubclass(self.python_type(), tuple) else list
+            try:
+                kind(range(len(self.items)))[key]
+            except (IndexError, TypeError) as e:
+                raise_in_user_code(type(e), str(e))
+            raise
 
     def rebuild(self, items):
         return type(self)(items)

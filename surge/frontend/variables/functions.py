@@ -329,8 +329,15 @@ class GeneratorVariable(IteratorVariable):
     def truthy(self, tx):
         return True
 
+    # Whether the last next() ran the generator to its end (its StopIteration carries the
+    # return value; later ones carry nothing).
+    just_finished = False
+
     def next(self):
-        return self.frame.resume(self.tx.current_frame)
+        was_done = self.frame.done
+        value = self.frame.resume(self.tx.current_frame)
+        self.just_finished = self.frame.done and not was_done
+        return value
 
     def iterate(self, tx):
         values = []

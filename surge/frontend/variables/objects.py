@@ -587,6 +587,11 @@ class SuperVariable(Variable):
                     return DefaultTorchFunctionVariable(obj_type)
                 if klass is object and name == "__init__":
                     return NoOpVariable()
+                if name == "__init__" and isinstance(self.self_var, ExceptionVariable) \
+                        and klass.__module__ == "builtins":
+                    from .exceptions import ExceptionInitVariable
+
+                    return ExceptionInitVariable(self.self_var)
                 if klass is dict and isinstance(self.self_var, UserObjectVariable):
                     from .dict_storage import dict_storage_method
 

@@ -5,7 +5,6 @@ import sys
 
 import torch
 
-XFAIL = "PUSH_EXC_INFO records no handled exception and sys.exc_info() is not modelled"
 
 
 def f(x, n):

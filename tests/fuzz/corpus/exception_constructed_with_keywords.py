@@ -4,7 +4,6 @@ ImportError(name=...) loses its name (found by
 test_exceptions.ExceptionTests.testKeywordArgs and ImportErrorTests.test_attributes)."""
 import torch
 
-XFAIL = "ExceptionVariable drops keyword arguments and never runs a Python __init__"
 
 
 class Tagged(Exception):
