@@ -128,7 +128,7 @@ def collect_state_outputs(value, outputs, seen) -> None:
         for item in list(value.frame.locals.values()) + list(value.frame.cells.values()):
             collect_state_outputs(item, outputs, seen)
     elif isinstance(value, IteratorVariable):
-        for item in value.items[value.position:]:
+        for item in value.remaining():
             collect_state_outputs(item, outputs, seen)
     elif isinstance(value, TensorMethodVariable):
         collect_state_outputs(value.tensor, outputs, seen)
@@ -185,7 +185,7 @@ class BreakStateCodegen(ReturnCodegen):
             return self.fresh_generator(value)
         if isinstance(value, IteratorVariable):
             # A `for` loop's iterator: a list iterator over the items still to come.
-            return "iter([" + ", ".join(self.expr(i) for i in value.items[value.position:]) + "])"
+            return "iter([" + ", ".join(self.expr(i) for i in value.remaining()) + "])"
         if isinstance(value, TensorMethodVariable):  # a loaded method whose call breaks
             return f"{self.expr(value.tensor)}.{value.name}"
         if isinstance(value, OpaqueMethodVariable):

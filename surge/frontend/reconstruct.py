@@ -16,6 +16,7 @@ from .variables.builtins import BuiltinVariable
 from .dynamic_dims import symbolic_expression
 from .shape_env import is_symbolic
 from .variables.constant import ConstantVariable
+from .variables.dict_views import DictViewVariable
 from .variables.containers import (
     DictVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, key_variable,
 )
@@ -63,6 +64,8 @@ def collect_tensor_outputs(value: Variable, outputs: list, seen: set, each=None)
     elif isinstance(value, SliceVariable):
         for item in (value.start, value.stop, value.step):
             each(item, outputs, seen)
+    elif isinstance(value, DictViewVariable):
+        each(value.dict, outputs, seen)
     elif isinstance(value, NewObjectVariable):
         for item in value.attrs.values():
             each(item, outputs, seen)
@@ -128,6 +131,8 @@ class ReturnCodegen:
                 return "frozenset()" if value.frozen else "set()"
             body = "{" + ", ".join(self.expr(v) for v in value.items.values()) + "}"
             return f"frozenset({body})" if value.frozen else body
+        if isinstance(value, DictViewVariable):
+            return f"{self.expr(value.dict)}.{value.part}()"
         if isinstance(value, SliceVariable):
             return f"slice({self.expr(value.start)}, {self.expr(value.stop)}, {self.expr(value.step)})"
         if isinstance(value, NewObjectVariable):

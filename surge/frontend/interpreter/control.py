@@ -9,6 +9,7 @@ from ..variables.base import NULL, RaisedInUserCode, unsupported
 from ..variables.constant import NONE, ConstantVariable
 from ..variables.objects import ClassVariable, ExceptionVariable
 from ..variables.containers import IteratorVariable
+from ..variables.iterators import iterator_of
 from ..variables.tensor import TensorVariable
 from .registry import opcode
 
@@ -67,10 +68,7 @@ def _jump(frame, inst):
 
 @opcode("GET_ITER", "GET_YIELD_FROM_ITER")
 def _get_iter(frame, inst):
-    value = frame.pop()
-    if not isinstance(value, IteratorVariable):
-        value = IteratorVariable(value.iterate(frame.tracer))
-    frame.push(value)
+    frame.push(iterator_of(frame.tracer, frame.pop()))
 
 
 @opcode("FOR_ITER", versions=V311)

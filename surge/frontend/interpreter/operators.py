@@ -8,6 +8,7 @@ import torch
 
 from ..variables.base import Variable, raise_in_user_code, unsupported
 from ..variables.constant import ConstantVariable
+from ..variables.dict_views import DictViewVariable, as_set_operand, set_of_iterable, view_equal
 from ..variables.containers import (
     BaseSequenceVariable, DictVariable, ListVariable, SetVariable, TupleVariable, _key_of,
 )
@@ -94,11 +95,15 @@ def binary_op(tx, fn, a: Variable, b: Variable) -> Variable:
             a.items.extend(b.iterate(tx))
             return a
         return binary_op(tx, inplace_of, a, b)
+    if fn in (operator.add, operator.mul) and (isinstance(a, TupleVariable) or isinstance(b, TupleVariable)):
+        result = _SEQUENCE_RULES[fn](tx, a, b)  # before folding: the result may be an operand itself
+        if result is not None:
+            return result
     if a.is_constant() and b.is_constant():
         try:
             return tx.wrap(fn(_arithmetic_value(a), _arithmetic_value(b)), None)
         except Exception as e:
-            raise_in_user_code(type(e), f"{fn.__name__}: {e}")
+            raise_in_user_code(type(e), str(e), args=e.args)
     rule = _SEQUENCE_RULES.get(fn)
     if rule is not None:
         result = rule(tx, a, b)
@@ -110,7 +115,22 @@ def binary_op(tx, fn, a: Variable, b: Variable) -> Variable:
     unsupported(f"operator {fn.__name__} on {a} and {b}")
 
 
+def _exact_tuple(value) -> bool:
+    return isinstance(value, TupleVariable) and value.cls is None
+
+
+def _empty_tuple(value) -> bool:
+    if isinstance(value, TupleVariable):
+        return not value.items
+    return value.is_constant() and type(value.as_constant()) is tuple and not value.as_constant()
+
+
 def _concat(tx, a, b):
+    # CPython hands back an exact tuple operand when the other one is an empty tuple.
+    if _exact_tuple(a) and _empty_tuple(b):
+        return a
+    if _exact_tuple(b) and _empty_tuple(a):
+        return b
     if isinstance(a, TupleVariable) and isinstance(b, TupleVariable):
         return TupleVariable(a.items + b.items)
     if isinstance(a, ListVariable) and isinstance(b, ListVariable):
@@ -119,11 +139,23 @@ def _concat(tx, a, b):
 
 
 def _repeat(tx, a, b):
+    if isinstance(b, BaseSequenceVariable) and a.is_constant() and not isinstance(a, BaseSequenceVariable):
+        a, b = b, a
     if isinstance(a, BaseSequenceVariable) and b.is_constant():
-        return a.rebuild(a.items * b.as_constant())
-    if isinstance(b, BaseSequenceVariable) and a.is_constant():
-        return b.rebuild(b.items * a.as_constant())
+        count = b.as_constant()
+        if _exact_tuple(a) and (count == 1 or not a.items):
+            return a  # CPython's tuple repeat returns the tuple itself
+        return a.rebuild(a.items * count)
     return None
+
+
+def _views_as_sets(rule):
+    """A set operation with a keys or items view on either side: both sides as sets."""
+    def with_views(tx, a, b):
+        if any(isinstance(v, DictViewVariable) and v.is_set_like() for v in (a, b)):
+            a, b = set_of_iterable(tx, as_set_operand(tx, a)), set_of_iterable(tx, as_set_operand(tx, b))
+        return rule(tx, a, b)
+    return with_views
 
 
 def _merge(tx, a, b):
@@ -147,10 +179,10 @@ def _set_op(keep):
 _SEQUENCE_RULES = {
     operator.add: _concat,
     operator.mul: _repeat,
-    operator.or_: _merge,
-    operator.and_: _set_op(lambda x, y: x & y),
-    operator.sub: _set_op(lambda x, y: x - y),
-    operator.xor: _set_op(lambda x, y: x ^ y),
+    operator.or_: _views_as_sets(_merge),
+    operator.and_: _views_as_sets(_set_op(lambda x, y: x & y)),
+    operator.sub: _views_as_sets(_set_op(lambda x, y: x - y)),
+    operator.xor: _views_as_sets(_set_op(lambda x, y: x ^ y)),
 }
 
 
@@ -166,8 +198,16 @@ def is_same(a: Variable, b: Variable, tx=None) -> bool:
         return same
     if a.is_constant() and b.is_constant():
         x, y = a.as_constant(), b.as_constant()
-        # Small ints and interned strings are shared objects in CPython.
-        return x is y or (type(x) is type(y) and type(x) in (int, str) and x == y)
+        if x is y:
+            return True
+        if type(x) is not type(y) or x != y:
+            return False
+        if type(x) is int and -5 <= x <= 256:
+            return True  # CPython's small ints are shared objects
+        if type(x) in (int, float, complex, str, bytes, tuple, frozenset):
+            # Equal immutables may or may not be one object, depending on how each was made.
+            unsupported(f"`is` between equal {type(x).__name__} values (CPython's answer depends on how they were made)")
+        return False
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
         return a.node is b.node
     key_a, key_b = getattr(a, "identity_key", None), getattr(b, "identity_key", None)
@@ -180,6 +220,9 @@ def compare_equal(tx, a: Variable, b: Variable) -> bool:
     """Python's ``a == b`` where it must be a bool (``in``, ``index``, ``==`` on containers)."""
     if is_same(a, b, tx):
         return True
+    views = view_equal(tx, a, b)
+    if views is not None:
+        return views
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         if a.is_constant() and a.as_constant() is None or b.is_constant() and b.as_constant() is None:
             return False
@@ -217,6 +260,8 @@ def contains(tx, container: Variable, item: Variable) -> bool:
         unsupported("`in` on a tensor (data-dependent)")
     if isinstance(container, (DictVariable, SetVariable)):
         return _key_of(tx, item) in container.items
+    if isinstance(container, DictViewVariable):
+        return container.contains(tx, item)
     if container.is_constant() and item.is_constant():
         return item.as_constant() in container.as_constant()
     from ..variables.objects import NNModuleVariable

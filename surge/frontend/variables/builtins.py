@@ -24,6 +24,7 @@ from .containers import (
     DictVariable, IteratorVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, _key_of,
 )
 from .instance_checks import isinstance_of, issubclass_of
+from .iterators import EnumerateIterator, FilterIterator, MapIterator, ReversedIterator, ZipIterator, iterator_of
 from .tensor import TensorVariable, record_op
 
 BUILTIN_RULES: dict = {}
@@ -316,10 +317,8 @@ def _bool(tx, obj=None):
 
 def _string_conversion(fn):
     def rule(tx, *args, **kwargs):
-        from .objects import ExceptionVariable
-
-        if fn in (str, repr) and len(args) == 1 and not kwargs and isinstance(args[0], ExceptionVariable):
-            return args[0].text(tx, fn)
+        if fn in (str, repr) and len(args) == 1 and not kwargs and hasattr(args[0], "str_or_repr"):
+            return args[0].str_or_repr(tx, fn)  # exceptions, dict views
         if fn in (str, repr) and len(args) == 1 and not kwargs and _plain_class(args[0]):
             # "<class 'mod.Name'>": fixed by the class's identity and its metaclass being type.
             return ConstantVariable(fn(args[0].cls))
@@ -481,9 +480,7 @@ def _slice(tx, *args):
 
 @builtin(iter)
 def _iter(tx, obj):
-    if isinstance(obj, IteratorVariable):
-        return obj
-    return IteratorVariable(obj.iterate(tx))
+    return iterator_of(tx, obj)
 
 
 @builtin(next)
@@ -512,25 +509,18 @@ def stop_iteration(it):
 
 @builtin(zip)
 def _zip(tx, *iterables, strict=None):
-    lists = [i.iterate(tx) for i in iterables]
-    error = None
-    if strict is not None and strict.truthy(tx) and len({len(items) for items in lists}) > 1:
-        try:  # the ValueError zip itself raises, with its message, once the shortest runs out
-            list(zip(*[range(len(items)) for items in lists], strict=True))
-        except ValueError as e:
-            error = (ValueError, str(e))
-    return IteratorVariable([TupleVariable(list(group)) for group in zip(*lists)], error_at_end=error)
+    return ZipIterator(tx, [iterator_of(tx, i) for i in iterables], strict is not None and strict.truthy(tx))
 
 
 @builtin(enumerate)
 def _enumerate(tx, iterable, start=None):
-    first = 0 if start is None else start.as_constant()
-    return IteratorVariable([TupleVariable([ConstantVariable(first + i), v])
-                             for i, v in enumerate(iterable.iterate(tx))])
+    return EnumerateIterator(tx, iterator_of(tx, iterable), 0 if start is None else start.as_constant())
 
 
 @builtin(reversed)
 def _reversed(tx, seq):
+    if isinstance(seq, (ListVariable, TupleVariable)) and seq.python_type() in (list, tuple):
+        return ReversedIterator(tx, seq)
     return IteratorVariable(list(reversed(seq.iterate(tx))))
 
 
@@ -549,16 +539,13 @@ def _sorted(tx, iterable, key=None, reverse=None):
 
 @builtin(map)
 def _map(tx, fn, *iterables):
-    lists = [i.iterate(tx) for i in iterables]
-    return IteratorVariable([fn.call(tx, list(group), {}) for group in zip(*lists)])
+    return MapIterator(tx, fn, [iterator_of(tx, i) for i in iterables])
 
 
 @builtin(filter)
 def _filter(tx, fn, iterable):
-    items = iterable.iterate(tx)
-    if fn.is_constant() and fn.as_constant() is None:
-        return IteratorVariable([i for i in items if i.truthy(tx)])
-    return IteratorVariable([i for i in items if fn.call(tx, [i], {}).truthy(tx)])
+    no_function = fn.is_constant() and fn.as_constant() is None
+    return FilterIterator(tx, None if no_function else fn, iterator_of(tx, iterable))
 
 
 @builtin(functools.reduce)

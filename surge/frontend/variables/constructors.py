@@ -45,9 +45,9 @@ def _default_dict(tx, factory=None, *rest, **kwargs):
 
 
 def _chain(tx, *iterables):
-    from .containers import IteratorVariable
+    from .iterators import ChainIterator
 
-    return IteratorVariable([item for iterable in iterables for item in iterable.iterate(tx)])
+    return ChainIterator(tx, list(iterables))
 
 
 def _partial(tx, fn, *args, **kwargs):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .base import raise_in_user_code, unsupported
 from .constant import NONE, ConstantVariable
+from .dict_views import DictViewVariable
 from .containers import (
     DictVariable, ListVariable, SetVariable, TupleVariable, _key_of, key_variable,
 )
@@ -130,19 +131,14 @@ def _get(tx, d, key, default=NONE):
     return d.items.get(k, default)
 
 
-@rule(DictVariable, "keys")
-def _keys(tx, d):
-    return ListVariable([key_variable(k) for k in d.items])
+def _view(part: str):
+    def make(tx, d):
+        return DictViewVariable(d, part)
+    return make
 
 
-@rule(DictVariable, "values")
-def _values(tx, d):
-    return ListVariable(list(d.items.values()))
-
-
-@rule(DictVariable, "items")
-def _items(tx, d):
-    return ListVariable([TupleVariable([key_variable(k), v]) for k, v in d.items.items()])
+for _part in ("keys", "values", "items"):
+    rule(DictVariable, _part)(_view(_part))
 
 
 @rule(DictVariable, "update")

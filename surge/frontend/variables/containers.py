@@ -36,6 +36,11 @@ class BaseSequenceVariable(Variable):
     def iterate(self, tx):
         return list(self.items)
 
+    def make_iterator(self, tx):
+        from .iterators import SequenceIterator
+
+        return SequenceIterator(tx, self)
+
     def length(self, tx):
         return len(self.items)
 
@@ -144,6 +149,12 @@ class DictVariable(Variable):
     def iterate(self, tx):
         return [key_variable(k) for k in self.items]
 
+    def make_iterator(self, tx, part: str = "keys"):
+        from .iterators import KeyedIterator
+
+        kind = type(iter(getattr({}, part)()))
+        return KeyedIterator(tx, self, part, kind, "dictionary")
+
     def length(self, tx):
         return len(self.items)
 
@@ -194,6 +205,11 @@ class SetVariable(Variable):
     def iterate(self, tx):
         return list(self.items.values())
 
+    def make_iterator(self, tx):
+        from .iterators import KeyedIterator
+
+        return KeyedIterator(tx, self, "set", type(iter(set())), "Set")
+
     def length(self, tx):
         return len(self.items)
 
@@ -236,7 +252,8 @@ class SliceVariable(Variable):
 
 
 class IteratorVariable(Variable):
-    """An iterator over values known now (lists, ranges, zip, enumerate, ... are materialized)."""
+    """An iterator over values known when it is made (strings, ranges, a user
+    ``__iter__``'s results); iterators that advance lazily are in iterators.py."""
 
     def __init__(self, items: list, error_at_end: tuple | None = None):
         self.items = list(items)
@@ -263,6 +280,10 @@ class IteratorVariable(Variable):
         if self.error_at_end is not None:
             raise_in_user_code(*self.error_at_end)
         return rest
+
+    def remaining(self) -> list:
+        """The items still to come, without advancing (what a graph break hands over)."""
+        return self.items[self.position:]
 
 
 def key_variable(key) -> Variable:

@@ -154,7 +154,7 @@ class ExceptionVariable(Variable):
         else:
             self.attrs[name] = value
 
-    def text(self, tx, fn) -> Variable:
+    def str_or_repr(self, tx, fn) -> Variable:
         """``str(e)`` / ``repr(e)``: a Python ``__str__``/``__repr__`` of the class is
         traced; the built-in ones are asked of a real exception with the same contents."""
         hook = _python_hook(self.exc_type, f"__{fn.__name__}__")

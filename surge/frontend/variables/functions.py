@@ -345,6 +345,9 @@ class GeneratorVariable(IteratorVariable):
             values.append(value)
         return values
 
+    def remaining(self):
+        unsupported("a generator inside another iterator at a graph break")
+
 
 class PartialVariable(Variable):
     """``functools.partial(fn, *args, **kwargs)`` made during the trace."""

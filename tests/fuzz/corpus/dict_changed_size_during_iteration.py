@@ -3,7 +3,6 @@ iterates over a copy of the keys and finishes the loop (found by
 test_dict.DictTest.test_mutating_iteration)."""
 import torch
 
-XFAIL = "a for loop over a dict iterates a snapshot: no 'dictionary changed size' RuntimeError"
 
 
 def f(x, n):

@@ -3,7 +3,6 @@ a list and the operators raise TypeError (found by
 test_dict.DictTest.test_dictview_set_operations_on_keys)."""
 import torch
 
-XFAIL = "dict.keys() / items() are modelled as lists, not set-like views"
 
 
 def f(x, n):

@@ -5,7 +5,6 @@ import copy
 
 import torch
 
-XFAIL = "tuple * 1 and copy.copy(slice) are rebuilt instead of returning the operand"
 
 
 def f(x, n):

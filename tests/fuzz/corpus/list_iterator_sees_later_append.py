@@ -3,7 +3,6 @@ surge materialises iterators when they are made (found by
 test_list.ListTest.test_exhausted_iterator)."""
 import torch
 
-XFAIL = "iter(list) copies the list's items when it is made; later appends are not seen"
 
 
 def f(x, n):

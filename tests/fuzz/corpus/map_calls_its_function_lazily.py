@@ -3,7 +3,6 @@ surge calls it for every item at once, so side effects run early and in another
 order (found while reducing test_list's iterator tests)."""
 import torch
 
-XFAIL = "map()/filter() are evaluated when made (IteratorVariable holds the results)"
 
 LOG = []
 
