@@ -9,6 +9,7 @@ from ..variables.base import NULL, RaisedInUserCode, unsupported
 from ..variables.constant import NONE, ConstantVariable
 from ..variables.objects import ClassVariable, ExceptionVariable
 from ..variables.containers import IteratorVariable
+from ..variables.exceptions import TracebackVariable
 from ..variables.iterators import iterator_of
 from ..variables.tensor import TensorVariable
 from .registry import opcode
@@ -180,9 +181,21 @@ def _reraise(frame, inst):
     _raise(exc)
 
 
-@opcode("WITH_EXCEPT_START", "CLEANUP_THROW", "CHECK_EG_MATCH")
+@opcode("WITH_EXCEPT_START")
+def _with_except_start(frame, inst):
+    # The stack (3.11 and 3.12): ..., the block's bound __exit__, lasti, the exception
+    # handled before, the exception leaving the block. __exit__ gets (type, value,
+    # traceback); a true result swallows the exception.
+    exc = frame.peek()
+    if not isinstance(exc, ExceptionVariable):
+        unsupported("an exception the trace cannot follow leaving a `with` block")
+    exit_fn = frame.peek(4)
+    frame.push(exit_fn.call(frame.tracer, [ClassVariable(exc.exc_type), exc, TracebackVariable()], {}))
+
+
+@opcode("CLEANUP_THROW", "CHECK_EG_MATCH")
 def _exceptions(frame, inst):
-    unsupported("an exception propagating through a `with` block or re-raised in compiled code")
+    unsupported("an exception thrown into a `yield from` or an `except*` in compiled code")
 
 
 def _send(frame, inst, keep_iterator: bool):

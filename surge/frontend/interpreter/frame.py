@@ -185,7 +185,7 @@ class Frame:
             tracer.current_frame = previous
         return self.return_value
 
-    def resume(self, parent) -> Variable | None:
+    def resume(self, parent, sent: Variable | None = None) -> Variable | None:
         """Run a generator frame to its next yield; None once it has returned."""
         if self.done:
             return None
@@ -193,9 +193,29 @@ class Frame:
             self.paused = False
             from ..variables.constant import NONE
 
-            self.push(NONE)  # the value "sent" into the generator
+            self.push(sent or NONE)  # the value "sent" into the generator (None by next())
         self.parent = parent
-        self.run()
+        return self._run_generator()
+
+    def throw(self, parent, raised: RaisedInUserCode) -> Variable | None:
+        """``generator.throw(exc)``: raise it at the paused ``yield``, where the generator's
+        own handlers catch it; the next value it yields, None once it has returned."""
+        if self.done or not self.paused:  # finished or not started: raised right here
+            self.done = True
+            raise raised
+        self.paused = False
+        self.parent = parent
+        if not self.enter_exception_handler(self.instructions[self.ip - 1], raised):
+            self.done = True
+            raise raised
+        return self._run_generator()
+
+    def _run_generator(self) -> Variable | None:
+        try:
+            self.run()
+        except RaisedInUserCode:
+            self.done = True  # an exception leaving a generator finishes it
+            raise
         return None if self.done else self.yielded
 
     def handler_needs_exc_info(self) -> bool:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from .base import Variable, unsupported
-from .constant import NONE
+from .base import RaisedInUserCode, Variable, raise_in_user_code, unsupported
+from .constant import NONE, ConstantVariable
 
 
 def set_grad_mode(tx, enabled: bool) -> None:
@@ -59,7 +59,29 @@ class BoundContextMethod(Variable):
         self.which = which
 
     def call(self, tx, args, kwargs):
+        if self.which == "exit" and args and not (args[0].is_constant() and args[0].as_constant() is None):
+            return exit_with_exception(tx, self.ctx, args)
         return getattr(self.ctx, self.which)(tx)
+
+
+def exit_with_exception(tx, ctx, args: list) -> Variable:
+    """``ctx.__exit__(type, value, traceback)`` with an exception: a @contextmanager
+    context throws it into its generator; the others leave as they always do (grad
+    mode, autocast and profiler contexts and nullcontext never swallow one)."""
+    from .exceptions import ExceptionVariable, construct_exception
+
+    exc = args[1] if len(args) > 1 else NONE
+    if not isinstance(exc, ExceptionVariable):
+        cls = getattr(args[0], "cls", None)
+        if not (exc.is_constant() and exc.as_constant() is None and isinstance(cls, type)
+                and issubclass(cls, BaseException)):
+            unsupported(f"__exit__ with {exc} as the exception")
+        exc = construct_exception(tx, cls, [], {})  # contextlib makes ``typ()``
+    handler = getattr(ctx, "exit_with_exception", None)
+    if handler is not None:
+        return handler(tx, exc)
+    ctx.exit(tx)
+    return NONE
 
 
 class GeneratorContextVariable(Variable):
@@ -80,8 +102,22 @@ class GeneratorContextVariable(Variable):
 
     def exit(self, tx):
         if self.generator.next() is not None:
-            unsupported("a @contextmanager generator that yielded twice")
-        return NONE
+            raise_in_user_code(RuntimeError, "generator didn't stop")
+        return ConstantVariable(False)
+
+    def exit_with_exception(self, tx, exc) -> Variable:
+        """``__exit__`` of a block that raised ``exc``: thrown into the generator at its
+        ``yield``, as contextlib does; True when the generator swallowed it."""
+        try:
+            if self.generator.throw(exc) is None:
+                return ConstantVariable(True)  # the generator returned: suppressed
+        except RaisedInUserCode as raised:
+            if raised.exception is exc:
+                return ConstantVariable(False)  # re-raised as is: __exit__ lets it propagate
+            if issubclass(raised.exc_type, StopIteration) or issubclass(exc.exc_type, StopIteration):
+                unsupported("a StopIteration thrown into a @contextmanager generator")
+            raise
+        raise_in_user_code(RuntimeError, "generator didn't stop after throw()")
 
     getattr = GradModeContextVariable.getattr
 

@@ -7,7 +7,7 @@ import inspect
 import types
 
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
-from .constant import ConstantVariable
+from .constant import NONE, ConstantVariable
 from .containers import IteratorVariable
 from ..wrappers import compiled_original
 
@@ -347,6 +347,79 @@ class GeneratorVariable(IteratorVariable):
 
     def remaining(self):
         unsupported("a generator inside another iterator at a graph break")
+
+    def getattr(self, tx, name):
+        if name in ("send", "throw", "close"):
+            return GeneratorMethodVariable(self, name)
+        return super().getattr(tx, name)
+
+    def send(self, value):
+        if not self.frame.paused and not self.frame.done and not (value.is_constant() and value.as_constant() is None):
+            raise_in_user_code(TypeError, "can't send non-None value to a just-started generator")
+        was_done = self.frame.done
+        result = self.frame.resume(self.tx.current_frame, value)
+        self.just_finished = self.frame.done and not was_done
+        return result
+
+    def close(self):
+        """``generator.close()``: GeneratorExit raised at the paused yield."""
+        from .base import RaisedInUserCode
+        from .exceptions import ExceptionVariable
+
+        if self.frame.done or not self.frame.paused:
+            self.frame.done = True
+            return
+        try:
+            self.throw(ExceptionVariable(GeneratorExit, []))
+        except RaisedInUserCode as raised:
+            if issubclass(raised.exc_type, (GeneratorExit, StopIteration)):
+                return
+            raise
+        if not self.frame.done:
+            raise_in_user_code(RuntimeError, "generator ignored GeneratorExit")
+
+    def throw(self, exc):
+        """``generator.throw(exc)`` of an exception made in the trace."""
+        from .base import RaisedInUserCode
+
+        was_done = self.frame.done
+        value = self.frame.throw(self.tx.current_frame, RaisedInUserCode(exc.exc_type, "", exc))
+        self.just_finished = self.frame.done and not was_done
+        return value
+
+
+class GeneratorMethodVariable(Variable):
+    """``send``, ``throw`` or ``close`` of a generator made in the trace."""
+
+    def __init__(self, generator: GeneratorVariable, name: str):
+        self.generator = generator
+        self.name = name
+
+    def truthy(self, tx):
+        return True
+
+    def call(self, tx, args, kwargs):
+        from .builtins import stop_iteration
+        from .exceptions import ExceptionVariable, construct_exception
+        from .objects import ClassVariable
+
+        if kwargs or (self.name == "close") != (not args):
+            unsupported(f"generator.{self.name}() with these arguments")
+        if self.name == "close":
+            self.generator.close()
+            return NONE
+        if self.name == "send":
+            value = self.generator.send(args[0])
+        else:
+            exc = args[0] if len(args) == 1 else None
+            if isinstance(exc, ClassVariable) and issubclass(exc.cls, BaseException):
+                exc = construct_exception(tx, exc.cls, [], {})
+            if not isinstance(exc, ExceptionVariable):
+                unsupported("generator.throw() of anything but one exception")
+            value = self.generator.throw(exc)
+        if value is None:
+            stop_iteration(self.generator)
+        return value
 
 
 class PartialVariable(Variable):

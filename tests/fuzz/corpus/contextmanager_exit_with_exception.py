@@ -5,7 +5,6 @@ import contextlib
 
 import torch
 
-XFAIL = "GeneratorContextVariable.exit ignores the exception passed to __exit__"
 
 
 @contextlib.contextmanager
