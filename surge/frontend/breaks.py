@@ -285,7 +285,11 @@ class BreakStateCodegen(ReturnCodegen):
         return "(" + "".join(self.expr(v) + ", " for v in state.values) + ")"
 
 
-_MUTABLE_VARIABLES = (ListVariable, DictVariable, SetVariable, NewObjectVariable)
+# Values with identity or state of their own: every place at the break that holds one
+# gets the same rebuilt object (an iterator shared by two locals advances once).
+# (Not exceptions: a name holding one in the break code would make a cycle through its
+# traceback, keeping the call's tensors alive.)
+_MUTABLE_VARIABLES = (ListVariable, DictVariable, SetVariable, NewObjectVariable, IteratorVariable)
 
 
 def make_closure(code, f_globals, qualname, defaults, kwdefaults, cells):

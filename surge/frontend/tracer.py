@@ -150,7 +150,7 @@ class Tracer:
             # @contextlib.contextmanager: the wrapped generator drives enter and exit.
             cells = dict(zip(code.co_freevars, fn.closure_cells(self)))
             generator = cells["func"].load(self).call(self, args, kwargs)
-            return GeneratorContextVariable(generator, made_at=self.current_frame.root_point())
+            return GeneratorContextVariable(generator, made_at=self.current_frame.root_split_point())
         if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE):
             unsupported(f"calling async function {code.co_name}")
         if str(fn.f_globals.get("__name__", "")).startswith(FUNCTORCH_MODULES):

@@ -57,6 +57,7 @@ def _kw_names(frame, inst):
 
 
 def call_function(frame, fn, args, kwargs):
+    frame.calling = fn  # what a break at this call hands to CPython (Frame.handler_needs_exc_info)
     return fn.call(frame.tracer, args, kwargs)
 
 

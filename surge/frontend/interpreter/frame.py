@@ -8,6 +8,7 @@ instruction and hand the rest to CPython (``snapshot``).
 from __future__ import annotations
 
 import os
+import types
 from dataclasses import dataclass
 
 import torch
@@ -74,6 +75,7 @@ class Frame:
         self.ip = 0
         self.current: Instruction | None = None
         self.kw_names: tuple = ()
+        self.calling = None  # the callable of the last CALL run
         # Open `with` blocks (their context variables), innermost last.
         self.block_stack: list = []
         self.return_value: Variable | None = None
@@ -81,6 +83,7 @@ class Frame:
         # Generator frames pause at each yield (``yielded`` holds the value) and
         # are resumed by whoever iterates them.
         self.is_generator = is_generator
+        self.generator_handled: list = []
         self.paused = False
         self.yielded: Variable | None = None
         # A root frame re-traced for a graph break stops before the instruction
@@ -211,20 +214,33 @@ class Frame:
         return self._run_generator()
 
     def _run_generator(self) -> Variable | None:
+        # A generator keeps the exceptions its own handlers are handling while it is
+        # paused (CPython's gi_exc_state): they are "being handled" only while it runs,
+        # on top of whatever its caller handles.
+        handled = self.tracer.handled_exceptions
+        base = len(handled)
+        handled.extend(self.generator_handled)
         try:
             self.run()
         except RaisedInUserCode:
             self.done = True  # an exception leaving a generator finishes it
             raise
+        finally:
+            self.generator_handled = handled[base:]
+            del handled[base:]
         return None if self.done else self.yielded
 
     def handler_needs_exc_info(self) -> bool:
         """Whether the rest of the running handler may depend on the exception being
         handled (a bare ``raise``, an exception raised with it as ``__context__``, a call
-        that reads ``sys.exc_info()``), rather than only on the exception object."""
+        that reads ``sys.exc_info()``), rather than only on the exception object. The
+        call handed to CPython counts too unless it is a C builtin other than ``next``
+        (Python code may read it, a generator resumed there chains its exceptions to it)."""
         index = self.current.index
         end = max((entry.end for entry in self.decoded.exception_table
                    if entry.lasti and entry.start <= index <= entry.end), default=index)
+        if self.current.opname in ("CALL", "CALL_FUNCTION_EX") and not _plain_builtin(self.calling):
+            return True
         return any(ins.opname in ("CALL", "CALL_FUNCTION_EX", "RAISE_VARARGS")
                    for ins in self.instructions[index + 1:end + 1])
 
@@ -261,6 +277,16 @@ class Frame:
         root = self.chain()[0]
         return root.current.offset, root.current_count
 
+    def root_split_point(self) -> tuple[int, int]:
+        """Where the root frame can be split to let CPython make what is being made: its
+        current instruction, or, inside a handler, the instruction that raised what the
+        handler handles (a resume function would run the handler with no exception
+        being handled; CPython raises it again instead)."""
+        root = self.chain()[0]
+        if root.handler_raises and root.handler_raises[0] is not None:
+            return root.handler_raises[0]
+        return root.root_point()
+
     def lineno(self) -> int:
         return self.current.lineno if self.current is not None else self.code.co_firstlineno
 
@@ -280,6 +306,14 @@ class Frame:
             if text:
                 lines.append(f"    {text}")
         return "\n".join(lines)
+
+
+def _plain_builtin(callee) -> bool:
+    """A C function of ``builtins`` that runs no Python code of its own nor resumes a
+    generator (``print``, ``len``; not ``next``)."""
+    fn = getattr(callee, "fn", None)
+    return isinstance(fn, types.BuiltinFunctionType) and getattr(fn, "__module__", None) == "builtins" \
+        and fn is not next
 
 
 def is_user_code(filename: str) -> bool:

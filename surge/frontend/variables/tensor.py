@@ -155,6 +155,11 @@ def record_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable:
 
 def record_plain_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable:
     """Add one op to the graph as it is (no ``__torch_function__`` dispatch)."""
+    from ..interpreter.handlers_around import value_checked_op_in_try
+
+    if value_checked_op_in_try(tx, target, args):
+        unsupported(f"{getattr(target, '__name__', target)} may raise on its inputs' values inside a try "
+                    "that could catch it: CPython runs it")
     devices: list = []
     fx_args, meta_args = [], []
     for a in args:
