@@ -47,6 +47,7 @@ from .variables.functions import (
     TensorMethodVariable, UserFunctionVariable, UserMethodVariable,
 )
 from .variables.exceptions import rebuild_exception, with_chain
+from .variables.exit_stacks import ExitStackVariable
 from .variables.objects import ExceptionVariable, NewObjectVariable
 
 
@@ -220,10 +221,12 @@ class BreakStateCodegen(ReturnCodegen):
             chain = self.codegen.consts.ref(with_chain, "with_chain")
             return (f"{chain}({made}, {self.expr(value.cause)}, {self.expr(value.context)}, "
                     f"{value.suppress_context})")
-        if isinstance(value, GeneratorContextVariable):
-            # Its generator is paused inside the trace: split where the context manager is
-            # made instead, so that CPython makes the real one.
-            error = Unsupported("graph break inside a @contextmanager block")
+        if isinstance(value, (GeneratorContextVariable, ExitStackVariable)):
+            # Its generator is paused inside the trace (or, for an ExitStack, the contexts it
+            # entered): split where the context manager is made instead, so that CPython
+            # makes the real one.
+            what = "an ExitStack" if isinstance(value, ExitStackVariable) else "a @contextmanager"
+            error = Unsupported(f"graph break inside {what} block")
             error.retry_at = value.made_at
             raise error
         if isinstance(value, GradModeContextVariable):

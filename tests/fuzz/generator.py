@@ -67,7 +67,8 @@ class Program:
 
 class Generator:
     """``include_known``: also generate the constructs of open bugs that already have a
-    corpus program (they would otherwise be most of what a run finds)."""
+    corpus program (they would otherwise be most of what a run finds); none is held
+    back at present."""
 
     def __init__(self, rng: random.Random, include_known: bool = False, classes: bool = False):
         self.r = rng
@@ -188,7 +189,7 @@ class Generator:
 
     def iterator(self) -> Node:
         i = self.int_var()
-        if self.include_known and self.r.random() < 0.3:
+        if self.r.random() < 0.3:
             # corpus: list_iterator_sees_later_append, map_calls_its_function_lazily
             return self.pick(
                 Node([("it = iter(lst)", None), (f"lst.append({i})", None), (f"{i} = len(list(it))", None)]),
@@ -203,6 +204,12 @@ class Generator:
             Node([("z = list(zip(lst, 'abc'))", None), (f"{i} = len(z)", None)]),
             Node([("for k in list(d):", [simple("d.pop(k, None)")]),
                   (f'd["e"] = {i}', None)]),
+            # one iterator shared by two consumers; views that see later writes
+            Node([("it = iter(lst)", None), (f"{i} = len(list(zip(it, it))) + len(list(it))", None)]),
+            Node([("it = enumerate(map(helper, lst))", None), (f"LOG.append({i})", None),
+                  (f"{i} = sum(k * v for k, v in it)", None)]),
+            Node([("keys = d.keys()", None), (f'd["v{i}"] = {i}', None),
+                  (f"{i} = len(keys) + len(keys & {{'a', 'e'}}) + int(('e', {i}) in d.items())", None)]),
         )
 
     def local_class(self) -> Node:
@@ -288,12 +295,17 @@ class Generator:
         parts = [("try:", self.block(self.r.randint(0, 1)) + [simple(risky)])]
         handler = self.pick("except (FuzzError, KeyError, IndexError) as e:", "except ZeroDivisionError:",
                             "except Exception as e:", "except (ValueError, StopIteration):")
+        if self.r.random() < 0.2:
+            handled_info = self.pick("LOG.append(sys.exc_info()[0].__name__)", "LOG.append(str(sys.exception()))")
+        else:
+            handled_info = None
         handled = [simple(f"{i} = {self.small()}")] + self.block(self.r.randint(0, 1))
+        if handled_info is not None:
+            handled.append(simple(handled_info))
         if handler.endswith("as e:") and self.r.random() < 0.3:
             # corpus: bare_raise_in_handler
-            reraise = ["raise"] if self.include_known else []
             handled.append(simple(self.pick("LOG.append(type(e).__name__)", "LOG.append(len(e.args))",
-                                            "raise FuzzError('again') from e", *reraise)))
+                                            "raise FuzzError('again') from e", "raise")))
         parts.append((handler, handled))
         if self.r.random() < 0.4:
             parts.append(("else:", self.block(1)))

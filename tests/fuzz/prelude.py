@@ -10,6 +10,7 @@ from __future__ import annotations
 # (names defined, source). Order matters: later blocks use earlier ones.
 BLOCKS: list[tuple[tuple[str, ...], str]] = [
     (("torch",), "import torch"),
+    (("sys",), "import sys"),
     (("G", "G2"), "G = 2\nG2 = 0"),
     (("STATE",), 'STATE = {"n": 1, "calls": 0}'),
     (("LOG",), "LOG = []"),

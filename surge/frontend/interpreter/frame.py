@@ -249,22 +249,12 @@ class Frame:
         for entry in self.decoded.exception_table:
             if entry.start <= inst.index <= entry.end:
                 from ..variables.constant import ConstantVariable
-                from ..variables.containers import key_variable
-                from ..variables.objects import ExceptionVariable
+                from ..variables.exceptions import exception_of
 
                 del self.stack[entry.depth:]
                 if entry.lasti:
                     self.push(ConstantVariable(inst.offset))
-                exc = raised.exception
-                if exc is None:  # raised by an operation (a KeyError of a dict lookup, ...)
-                    if raised.exc_args is not None:
-                        args = [key_variable(a) for a in raised.exc_args]
-                    else:
-                        args = [ConstantVariable(raised.message)] if raised.message else []
-                    exc = ExceptionVariable(raised.exc_type, args)
-                    handled = self.tracer.handled_exceptions
-                    exc.raised_while_handling(handled[-1] if handled else None)
-                self.push(exc)
+                self.push(exception_of(self.tracer, raised))
                 self.ip = entry.target
                 return True
         return False

@@ -30,6 +30,12 @@ def _null_context(tx, enter_result=None):
     return NullContextVariable(enter_result if enter_result is not None else ConstantVariable(None))
 
 
+def _exit_stack(tx):
+    from .exit_stacks import ExitStackVariable
+
+    return ExitStackVariable(made_at=tx.current_frame.root_split_point())
+
+
 def _ordered_dict(tx, other=None, **kwargs):
     d = BUILTIN_RULES[dict](tx, *([other] if other is not None else []), **kwargs)
     d.cls = collections.OrderedDict
@@ -59,6 +65,7 @@ def _partial(tx, fn, *args, **kwargs):
 # Library classes whose instances the trace models directly.
 CLASS_RULES = {
     contextlib.nullcontext: _null_context,
+    contextlib.ExitStack: _exit_stack,
     collections.OrderedDict: _ordered_dict,
     collections.defaultdict: _default_dict,
     functools.partial: _partial,

@@ -219,6 +219,25 @@ def rebuild_exception(cls, args: tuple, init_args: tuple, init_kwargs: dict, att
     return exc
 
 
+def exception_of(tx, raised) -> ExceptionVariable:
+    """The exception object of a ``RaisedInUserCode``: the one the code raised, or one
+    made for an error an operation raised (a KeyError of a dict lookup), with the
+    exception being handled as its ``__context__``."""
+    if raised.exception is not None:
+        return raised.exception
+    from .containers import key_variable
+
+    if raised.exc_args is not None:
+        args = [key_variable(a) for a in raised.exc_args]
+    else:
+        args = [ConstantVariable(raised.message)] if raised.message else []
+    exc = ExceptionVariable(raised.exc_type, args)
+    handled = tx.handled_exceptions
+    exc.raised_while_handling(handled[-1] if handled else None)
+    raised.exception = exc
+    return exc
+
+
 def with_chain(exc: BaseException, cause, context, suppress_context: bool) -> BaseException:
     """``exc`` with the chain the trace gave it (an exception rebuilt at a graph break)."""
     exc.__context__ = context
