@@ -106,7 +106,8 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
         point = getattr(error, "root_instruction", None)
         if fn.__code__ is DECORATE_CONTEXT_CODE and resume_caller is not None:
             return _context_decorated_entry(fn, resume_caller.callees, start)
-        if point is None or resume_caller is None or _only_reads_a_local(fn.__code__, point[0]):
+        if point is None or resume_caller is None or _only_reads_a_local(fn.__code__, point[0]) \
+                or getattr(error, "unsplittable", False):
             return _fallback(failed.tracer, fn, error, start)
         try:
             return _capture(fn, args, kwargs, options, backend, start, dynamic_state,

@@ -24,7 +24,9 @@ from .variables.contexts import GeneratorContextVariable, GradModeContextVariabl
 from .variables.functions import GeneratorVariable
 from .variables.optimizers import USE_GRAD_CODE, trace_optimizer_step
 
-_MUTABLE_CONTAINERS = (list, dict, set)
+# Objects whose identity the trace must keep: one variable per object, however reached
+# (a list iterator a break hands to two locals advances once).
+_MUTABLE_CONTAINERS = (list, dict, set, type(iter([])))
 
 # Inlined calls nested deeper than this are most likely unbounded recursion.
 MAX_INLINE_DEPTH = 48
@@ -98,7 +100,7 @@ class Tracer:
         return var
 
     def _wrap_container(self, value, source, distinct_group=None):
-        """A list/dict/set read from two places is one object: one variable, so a mutation
+        """A list/dict/set (or list iterator) read from two places is one object: one variable, so a mutation
         through one name is seen through the other. Which places alias is guarded."""
         same = self._containers.get(id(value))
         if same is not None and same[0] is value:

@@ -6,6 +6,7 @@ import operator
 
 import torch
 
+from ...errors import Unsupported
 from ..variables.base import Variable, raise_in_user_code, unsupported
 from ..variables.constant import ConstantVariable
 from ..variables.dict_views import DictViewVariable, as_set_operand, set_of_iterable, view_equal
@@ -205,8 +206,13 @@ def is_same(a: Variable, b: Variable, tx=None) -> bool:
         if type(x) is int and -5 <= x <= 256:
             return True  # CPython's small ints are shared objects
         if type(x) in (int, float, complex, str, bytes, tuple, frozenset):
-            # Equal immutables may or may not be one object, depending on how each was made.
-            unsupported(f"`is` between equal {type(x).__name__} values (CPython's answer depends on how they were made)")
+            # Equal immutables may or may not be one object, depending on how each was made;
+            # a break would hand CPython rebuilt values, whose identity says nothing either:
+            # the frame runs eagerly.
+            error = Unsupported(f"`is` between equal {type(x).__name__} values (CPython's answer depends "
+                                "on how they were made)")
+            error.unsplittable = True
+            raise error
         return False
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
         return a.node is b.node
