@@ -163,6 +163,7 @@ class BreakStateCodegen(ReturnCodegen):
     def __init__(self, codegen, output_index: dict):
         super().__init__(codegen, output_index)
         self._built: dict[int, str] = {}
+        self._building: set[int] = set()
         self._cells: dict[int, str | None] = {}
 
     def expr(self, value) -> str:
@@ -170,7 +171,12 @@ class BreakStateCodegen(ReturnCodegen):
             name = self._built.get(id(value))
             if name is None:
                 name = self._built[id(value)] = f"m{len(self._built)}"
-                return f"({name} := {self._expr(value)})"
+                self._building.add(id(value))
+                made = self._expr(value)
+                self._building.discard(id(value))
+                return f"({name} := {made})"
+            if id(value) in self._building:  # one expression cannot hold itself (a generator in its own closure)
+                raise Unsupported("graph break with a value that refers to itself")
             return name
         return self._expr(value)
 
