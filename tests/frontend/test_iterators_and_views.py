@@ -191,8 +191,9 @@ def test_a_view_returned_is_a_view_of_the_returned_dict():
 def identity_python_fixes(x, n):
     pair = (n, 2)
     small = 5
+    frozen = frozenset([n, 3])
     return (x + 1, pair * 1 is pair, pair + () is pair, () + pair is pair, pair * 2 is pair, small is 5,
-            None is None, () is ())
+            None is None, () is (), frozenset(frozen) is frozen, set(frozen) is frozen)
 
 
 def test_identity_where_python_fixes_it():

@@ -42,7 +42,6 @@ DIFFERENCES: dict[str, dict[tuple[str, str], str]] = {
             "later writes, which surge replays at the end of the frame",
     },
     "test_set": {
-        ("TestFrozenSet.test_constructor_identity", "plain"): "frozenset(frozenset) returns its argument in CPython",
         ("TestFrozenSet.test_deepcopy", "plain"): _FROZENSET_DEEPCOPY,
         ("TestFrozenSetSubclass.test_deepcopy", "plain"): _FROZENSET_DEEPCOPY,
     },

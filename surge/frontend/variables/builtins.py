@@ -445,6 +445,9 @@ def _list(tx, iterable=None):
 
 def _set_rule(frozen):
     def rule(tx, iterable=None):
+        if frozen and iterable is not None and iterable.python_type() is frozenset \
+                and (isinstance(iterable, SetVariable) or iterable.is_constant()):
+            return iterable  # frozenset(f) of a frozenset is f itself, as in CPython
         items = {} if iterable is None else {_key_of(tx, v): v for v in iterable.iterate(tx)}
         return SetVariable(items, frozen=frozen)
     return rule
