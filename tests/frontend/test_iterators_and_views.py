@@ -1,6 +1,7 @@
 """Iterators advance as CPython's, dict views are live, and ``is`` answers as eager
 where Python fixes the answer (and breaks where it does not), compared with eager on
 fresh inputs; each is captured whole (fullgraph=True, one graph)."""
+import copy
 import itertools
 
 import pytest
@@ -193,7 +194,8 @@ def identity_python_fixes(x, n):
     small = 5
     frozen = frozenset([n, 3])
     return (x + 1, pair * 1 is pair, pair + () is pair, () + pair is pair, pair * 2 is pair, small is 5,
-            None is None, () is (), frozenset(frozen) is frozen, set(frozen) is frozen)
+            None is None, () is (), frozenset(frozen) is frozen, set(frozen) is frozen,
+            copy.deepcopy(frozen) is frozen, copy.deepcopy(frozen) == frozen, (n, 2) is pair)
 
 
 def test_identity_where_python_fixes_it():

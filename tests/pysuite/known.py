@@ -13,7 +13,6 @@ _SAME_SIZE_MUTATION = ("a dict mutated during iteration without changing size (d
 _LRU_PURE = "functools.lru_cache wrappers are traced as pure functions: cache statistics and hashing are not run"
 _WRAPS_ON_FUNCTIONS = ("functools.update_wrapper/wraps on functions made in the frame: attributes set on a "
                        "function (and __wrapped__/__dict__ updates) are not kept (corpus: function_attribute_set_in_frame)")
-_FROZENSET_DEEPCOPY = "copy.deepcopy of a frozenset holding mutable objects returns it instead of copying them"
 _SINGLEDISPATCH_ANNOTATIONS = "singledispatch.register reading a function's __annotations__ made in the frame"
 
 DIFFERENCES: dict[str, dict[tuple[str, str], str]] = {
@@ -40,10 +39,6 @@ DIFFERENCES: dict[str, dict[tuple[str, str], str]] = {
         ("DictTest.test_views_mapping", "plain"):
             "view.mapping is a graph break; the mappingproxy CPython makes does not see the dict's "
             "later writes, which surge replays at the end of the frame",
-    },
-    "test_set": {
-        ("TestFrozenSet.test_deepcopy", "plain"): _FROZENSET_DEEPCOPY,
-        ("TestFrozenSetSubclass.test_deepcopy", "plain"): _FROZENSET_DEEPCOPY,
     },
     "test_generators": {
         ("GeneratorTest.test_name", "plain"): "a generator's __name__/__qualname__ set in the frame are not kept",

@@ -197,6 +197,9 @@ def is_same(a: Variable, b: Variable, tx=None) -> bool:
         same = a.real is b.real
         tx.guards.same_object(a.source, b.source, same)
         return same
+    made = [v for v in (a, b) if isinstance(v, (BaseSequenceVariable, SetVariable, DictVariable)) and v.source is None]
+    if made:
+        return False  # a container the trace made is one variable per object: a different one is another
     if a.is_constant() and b.is_constant():
         x, y = a.as_constant(), b.as_constant()
         if x is y:

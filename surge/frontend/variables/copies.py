@@ -16,7 +16,7 @@ from ..sources import AttrSource
 from .base import Variable, unsupported
 from .builtins import BuiltinVariable, builtin
 from .constant import ConstantVariable
-from .containers import DictVariable, ListVariable, SetVariable, SliceVariable, TupleVariable
+from .containers import DictVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, _key_of
 from .functions import UserFunctionVariable
 from .dict_storage import InstanceDictVariable
 from .objects import (
@@ -35,19 +35,22 @@ def _deepcopy(tx, value, memo=None):
 
 
 def _immutable(value: Variable) -> bool:
-    """Shared by a deep copy: constants, and tuples and frozensets of them (a list of
-    constants ``is_constant()`` too, but it is copied)."""
+    """Shared by a deep copy: constants copy.deepcopy hands back, and tuples of them (a
+    list of constants ``is_constant()`` too, but it is copied; a frozenset is always
+    made anew, through its __reduce_ex__)."""
     if isinstance(value, ConstantVariable):
-        return True
+        return copy.deepcopy(value.value) is value.value
     if isinstance(value, TupleVariable):
         return all(_immutable(item) for item in value.items)
-    return isinstance(value, SetVariable) and value.frozen
+    return False
 
 
 def deep_copy(tx, value: Variable, memo: dict) -> Variable:
     if _immutable(value) or isinstance(value, (ClassVariable, UserFunctionVariable, BuiltinVariable,
                                                PythonModuleVariable)):
         return value  # immutable, or copied as itself (classes, functions, modules)
+    if isinstance(value, ConstantVariable):  # a constant frozenset, or a tuple holding one
+        return ConstantVariable(copy.deepcopy(value.value))
     key = id(value)
     if key in memo:
         return memo[key]
@@ -63,7 +66,8 @@ def deep_copy(tx, value: Variable, memo: dict) -> Variable:
         new.items = {k: deep_copy(tx, v, memo) for k, v in value.items.items()}
         return new
     if isinstance(value, SetVariable):
-        return memo.setdefault(key, SetVariable(dict(value.items), frozen=value.frozen))
+        copies = [deep_copy(tx, item, memo) for item in value.items.values()]
+        return memo.setdefault(key, SetVariable({_key_of(tx, c): c for c in copies}, frozen=value.frozen))
     if isinstance(value, SliceVariable):  # copied anew, with copies of its bounds
         return memo.setdefault(key, SliceVariable(*(deep_copy(tx, v, memo) for v in (value.start, value.stop, value.step))))
     if isinstance(value, InstanceDictVariable):
