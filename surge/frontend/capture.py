@@ -55,6 +55,10 @@ class BreakPoint:
     count: int
     reason: BreakReason
     resume_caller: ResumeCaller
+    # Whether a callee the break hands to CPython runs compiled (its own capture). Not
+    # for an op left to CPython because a handler of the caller may catch its error:
+    # captured alone, the callee would put the op back in a graph.
+    compile_callee: bool = True
 
 
 def _root_cells(tracer, fn) -> dict:
@@ -111,7 +115,8 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
             return _fallback(failed.tracer, fn, error, start)
         try:
             return _capture(fn, args, kwargs, options, backend, start, dynamic_state,
-                            stop=BreakPoint(point[0], point[1], _reason(error), resume_caller))
+                            stop=BreakPoint(point[0], point[1], _reason(error), resume_caller,
+                                            not getattr(error, "eager_callee", False)))
         except _Failed as again:
             again.__traceback__ = None
             earlier = getattr(again.error, "retry_at", None)
@@ -266,7 +271,8 @@ def _compile_graph(tracer: Tracer, fn, outputs: list, backend, skip_empty: bool)
 
 def _finish_at_break(tracer: Tracer, fn, frame: Frame, stop: BreakPoint, backend, start) -> CacheEntry:
     """The entry of a frame split at a graph break: graph, side effects, then the break code."""
-    state = BreakState(frame, frame.instructions[frame.ip].offset, stop.resume_caller.callees)
+    state = BreakState(frame, frame.instructions[frame.ip].offset,
+                       stop.resume_caller.callees if stop.compile_callee else None)
     outputs: list = []
     seen: set = set()
     state.tensor_outputs(outputs, seen)

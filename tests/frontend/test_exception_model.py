@@ -450,6 +450,26 @@ def test_torch_error_caught_by_the_user_as_in_eager(fn):
     assert surge.counters["graph_breaks"] > before  # CPython runs the op inside the user's try
 
 
+def test_value_checked_op_under_a_finally_inside_an_outer_except_breaks():
+    def inner(x):
+        try:
+            return x.index_select(0, torch.tensor([9]))
+        finally:
+            LOG.append("inner finally")
+
+    def f(x):
+        LOG.clear()
+        try:
+            y = inner(x)
+        except IndexError:
+            y = x * 4
+        return y, list(LOG)
+
+    before = surge.counters["graph_breaks"]
+    check(f, torch.randn(3))
+    assert surge.counters["graph_breaks"] > before
+
+
 def test_value_checked_ops_outside_a_catching_try_stay_in_the_graph():
     def f(x):
         with torch.no_grad():
@@ -458,6 +478,10 @@ def test_value_checked_ops_outside_a_catching_try_stay_in_the_graph():
             raise KeyError
         except KeyError:
             z = x.index_select(0, torch.tensor([0]))  # the handler's own cleanup catches nothing
-        return y + z
+        try:
+            w = x.index_select(0, torch.tensor([2]))  # a finally re-raises: the error ends the call anyway
+        finally:
+            LOG.append("finally")
+        return y + z + w
 
     one_graph(f, torch.randn(3))

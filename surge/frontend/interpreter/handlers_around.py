@@ -5,10 +5,10 @@ matrix that is not positive-definite, an index out of range in ``index_select``,
 negative probability in ``multinomial``) cannot be found on meta tensors: inside a
 graph they would raise when the graph runs, past the user's ``except``. Such an op is
 left to CPython (a graph break at it) when some frame of the trace runs it inside a
-``try`` whose handler may catch it or has effects of its own (``finally``), or inside a
-``with`` block whose ``__exit__`` may swallow it. Handlers that only clean up and
-re-raise (the unbinding of ``except E as e``) and the exits of grad-mode, autocast and
-profiler blocks (which never swallow) do not count.
+``try`` whose ``except`` may catch it, or inside a ``with`` block whose ``__exit__``
+may swallow it. Handlers that re-raise — the unbinding of ``except E as e``, a
+``finally`` body, the exits of grad-mode, autocast and profiler blocks — do not
+count; the next handler out decides.
 """
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def _reraise_after(frame, entry) -> int | None:
     if instructions[start].opname == "PUSH_EXC_INFO":
         following = instructions[start + 1] if start + 1 < len(instructions) else None
         if following is None or following.opname != "WITH_EXCEPT_START":
-            return None  # an except clause or a finally body
+            return _finally_reraise(instructions, start)
         exit_fn = frame.stack[entry.depth - 1] if 0 < entry.depth <= len(frame.stack) else None
         if not _never_swallows(exit_fn):
             return None
@@ -83,6 +83,29 @@ def _reraise_after(frame, entry) -> int | None:
             return inst.index
         if inst.opname not in allowed:
             return None
+    return None
+
+
+def _finally_reraise(instructions, start: int) -> int | None:
+    """Where a ``finally`` handler re-raises, or None for an ``except`` clause (it tests
+    the exception or leaves the handler) and a ``finally`` that may swallow it (a
+    ``return`` in it). The body of a ``finally`` runs its own code before the exception
+    goes on; if the op raises only when the graph runs, that code does not run: an
+    accepted difference for errors that end the call anyway (model code wraps its
+    forward in such blocks, which would otherwise split every model)."""
+    depth = 0
+    for inst in instructions[start + 1:]:
+        op = inst.opname
+        if op == "PUSH_EXC_INFO":
+            depth += 1
+        elif op == "POP_EXCEPT":
+            if depth == 0:
+                return None
+            depth -= 1
+        elif depth == 0 and op in ("CHECK_EXC_MATCH", "RETURN_VALUE", "RETURN_CONST"):
+            return None
+        elif depth == 0 and op == "RERAISE":
+            return inst.index
     return None
 
 

@@ -12,6 +12,7 @@ import operator
 
 import torch
 
+from ...errors import Unsupported
 from ...registry import rule_registrar
 from .. import meta as meta_utils
 from ..graph_builder import run_on_meta
@@ -158,8 +159,10 @@ def record_plain_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable
     from ..interpreter.handlers_around import value_checked_op_in_try
 
     if value_checked_op_in_try(tx, target, args):
-        unsupported(f"{getattr(target, '__name__', target)} may raise on its inputs' values inside a try "
-                    "that could catch it: CPython runs it")
+        error = Unsupported(f"{getattr(target, '__name__', target)} may raise on its inputs' values inside a "
+                            "try that could catch it: CPython runs it")
+        error.eager_callee = True  # a callee run at the break runs as written, not captured alone
+        raise error
     devices: list = []
     fx_args, meta_args = [], []
     for a in args:
