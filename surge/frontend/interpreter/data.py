@@ -6,6 +6,7 @@ import operator
 
 from ..variables.base import unsupported
 from ..variables.constant import ConstantVariable
+from ..variables.exceptions import ExceptionVariable
 from ..variables.containers import (
     DictVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, _key_of,
 )
@@ -80,8 +81,21 @@ def _call_intrinsic_1(frame, inst):
         frame.push(operators.unary_op(frame.tracer, operator.pos, frame.pop()))
     elif inst.arg == _INTRINSIC_LIST_TO_TUPLE:
         frame.push(TupleVariable(frame.pop().items))
+    elif inst.arg == _INTRINSIC_STOPITERATION_ERROR:
+        frame.push(_stop_iteration_error(frame.pop()))
     else:
         unsupported(f"CALL_INTRINSIC_1 {inst.argrepr if hasattr(inst, 'argrepr') else inst.arg}")
+
+
+def _stop_iteration_error(exc):
+    """What a generator's own handler makes of an exception leaving its body (PEP 479): a
+    StopIteration becomes RuntimeError("generator raised StopIteration"), caused by it."""
+    if not (isinstance(exc, ExceptionVariable) and issubclass(exc.exc_type, StopIteration)):
+        return exc
+    error = ExceptionVariable(RuntimeError, [ConstantVariable("generator raised StopIteration")])
+    error.cause = error.context = exc
+    error.suppress_context = True
+    return error
 
 
 @opcode("BINARY_SUBSCR")
