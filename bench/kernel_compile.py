@@ -43,13 +43,16 @@ def generate(workload: str, out_dir: str) -> list:
     from surge.codegen.triton.module import generate_module
     from surge.lowering.lower import lower_graph
     from surge.runtime import code_cache
+    from surge.options import CompileConfig
     from surge.schedule import schedule_graph
+    from surge.target import triton_target
 
     paths = []
 
     def compiler(aten_gm, inputs):
-        graph, _ = lower_graph(aten_gm, inputs)
-        source, _ = generate_module(schedule_graph(graph))
+        target, config = triton_target("cuda", interpreted=False), CompileConfig()
+        graph, _ = lower_graph(aten_gm, inputs, target=target, config=config)
+        source, _ = generate_module(schedule_graph(graph), target, config)
         paths.append(os.path.join(out_dir, "graphs", f"g{len(paths)}.py"))
         code_cache.write_module(paths[-1], source)
         return aten_gm.forward   # runs on meta tensors: nothing is computed

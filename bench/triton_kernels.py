@@ -95,8 +95,9 @@ def surge_compile(fn, args, autotune=False):
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from surge.backends.triton import compile_aten_graph
+    from surge.options import Options
     gm = make_fx(fn, decomposition_table=torch._decomp.core_aten_decompositions())(*args)
-    return compile_aten_graph(gm, list(args), autotune=autotune)
+    return compile_aten_graph(gm, list(args), Options.from_env().replace(autotune=autotune))
 
 
 AUTOTUNE = False

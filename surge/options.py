@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 from typing import Any, Mapping
 
@@ -76,6 +77,12 @@ class Options:
     # A status line for a compile still running after a few seconds, on an interactive
     # terminal only (observe/progress.py).
     progress: bool = True
+    # A reduction whose row fits in one tile of at most this many elements is reduced
+    # without a loop (Triton's persistent reductions).
+    persistent_reduction_limit: int = 8192
+    # Time each Triton kernel's candidate launch configs on its first call and store the
+    # winner on disk (a stored winner is used whether or not this is on).
+    autotune: bool = False
 
     @staticmethod
     def from_env() -> "Options":
@@ -93,6 +100,8 @@ class Options:
             cxx=_env_str("SURGE_CXX", None),
             compile_workers=_env_optional_int("SURGE_COMPILE_WORKERS"),
             progress=_env_str("SURGE_PROGRESS", None) != "0",
+            persistent_reduction_limit=_env_int("SURGE_PERSISTENT_REDUCTION_LIMIT", 8192),
+            autotune=_env_bool("SURGE_AUTOTUNE", False),
         )
 
     def replace(self, **changes: Any) -> "Options":
@@ -143,3 +152,67 @@ def default_cache_dir(options: Options) -> str:
         return options.cache_dir
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "surge")
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileConfig:
+    """What the backend stages (lowering, schedule, codegen, runtime) need of the options.
+
+    One object, derived from ``Options`` and passed down explicitly. The fields above the
+    line change what a compile produces and all feed ``cache_key()``, the one key part
+    every cache of compiled code uses; the fields below it do not (where files go, what is
+    reported), so changing them reuses cached code."""
+    # -- fields that change the compiled code (each one is in cache_key)
+    split_reduction_min_elements: int = 65536
+    pad_matmuls: bool | None = None       # None: the Target decides
+    persistent_reduction_limit: int = 8192
+    autotune: bool = False
+    fallback_random: bool = False
+    # -- fields that do not
+    cache_dir: str = ""
+    debug_dir: str | None = None
+    graph_cache: bool = True
+    raise_internal_errors: bool = False
+    warn_fallbacks: bool = True
+    cxx: str | None = None                # the toolchain it names is part of the cpp Target's key
+    compile_workers: int | None = None    # Triton's compile processes at most
+    progress: bool = True                 # a status line for long compiles
+
+    @staticmethod
+    def from_options(options: "Options") -> "CompileConfig":
+        return CompileConfig(
+            split_reduction_min_elements=options.split_reduction_min_elements,
+            pad_matmuls=options.pad_matmuls,
+            persistent_reduction_limit=options.persistent_reduction_limit,
+            autotune=options.autotune,
+            fallback_random=options.fallback_random,
+            cache_dir=default_cache_dir(options),
+            debug_dir=options.debug_dir,
+            graph_cache=options.graph_cache,
+            raise_internal_errors=options.raise_internal_errors,
+            warn_fallbacks=options.warn_fallbacks,
+            cxx=options.cxx,
+            compile_workers=options.compile_workers,
+            progress=options.progress,
+        )
+
+    def replace(self, **changes: Any) -> "CompileConfig":
+        return dataclasses.replace(self, **changes)
+
+    def cache_key(self, target=None) -> str:
+        """A hash of every field that changes the compiled code, and of the ``Target``'s
+        decisions when one is given: two compiles share cached code only when it is equal."""
+        parts = [f"{name}={getattr(self, name)!r}" for name in code_fields()]
+        if target is not None:
+            parts.append(target.cache_key())
+        return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+
+
+# The fields of ``CompileConfig`` that do not change compiled code (not in ``cache_key``).
+NON_CODE_FIELDS = frozenset({"cache_dir", "debug_dir", "graph_cache", "raise_internal_errors", "warn_fallbacks",
+                             "cxx", "compile_workers", "progress"})
+
+
+def code_fields() -> tuple:
+    """The names of ``CompileConfig``'s fields that change compiled code, in field order."""
+    return tuple(f.name for f in dataclasses.fields(CompileConfig) if f.name not in NON_CODE_FIELDS)

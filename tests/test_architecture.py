@@ -35,6 +35,7 @@ LAYER_MAP = {
     **{f"surge.{stage}": STAGES for stage in STAGE_ORDER},
     "surge.passes": LIBRARY,
     "surge.options": GROUND,
+    "surge.target": GROUND,  # what differs per code generator (DESIGN, contract 3)
     "surge.errors": GROUND,
     "surge.registry": GROUND,
     "surge.logs": GROUND,
@@ -54,15 +55,6 @@ KNOWN_IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("surge.frontend.backend_call", "surge.backends"):
         "describe_backend and PROTOCOL: the backend's registered name and the protocol text "
         "in BackendCompilerFailed messages",
-    # Triton codegen asks whether Triton runs interpreted (bf16 casts and stores round
-    # through _to_bf16_rtne under the interpreter). Removed when the Target carries that
-    # fact (DESIGN, contract 3).
-    ("surge.codegen.triton.kernel", "surge.runtime.triton_mode"): "interpreting() for bf16 rounding",
-    # generate_module starts the kernel compile workers while it writes the module, so that
-    # compiles overlap codegen. Removed when the Triton backend (driver) starts them around
-    # its codegen call, with the Target saying whether kernels compile or are interpreted.
-    ("surge.codegen.triton.module", "surge.runtime.compile_pool"): "start_workers() during codegen",
-    ("surge.codegen.triton.module", "surge.runtime.triton_mode"): "interpreting(): whether to start them",
 }
 
 # module: why it may stay over MAX_MODULE_LINES for now, and how it would be split.

@@ -63,7 +63,7 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs, *, fw_compiler: Compil
     for code-generating backends, whose outputs still get eager's layouts.
     ``cache``: look each variant up in the compiled-graph cache (and store it there)
     before tracing; the compilers' results must then describe themselves (``artifact()``).
-    The driver builds that cache (a ``CacheSpec`` of ``runtime/graph_cache.py``) and hands
+    The driver builds that cache (a ``CacheSpec`` of ``backends/graph_cache.py``) and hands
     it in; aot only calls its ``key``, ``load`` and ``store``."""
     defer_dynamo_import()  # the tracer's dispatch modes would import Dynamo on their first call
     compiled = AotCompiled(gm, fw_compiler, bw_compiler or fw_compiler, options or Options(), cache,

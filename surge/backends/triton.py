@@ -1,196 +1,130 @@
 """The "triton" backend: ATen graphs to fused Triton kernels and a host wrapper.
 
-``compile_aten_graph`` is the whole pipeline for one ATen graph
-(lowering -> schedule -> Triton codegen -> load), with an on-disk cache of the
-generated module. ``triton_backend`` is the torch.compile-protocol entry: the
-aot layer turns the captured graph into ATen graphs (forward and backward) and
-hands each to ``compile_aten_graph``.
+The Triton target of the one pipeline (``pipeline.py``): its writers (the Triton kernel
+writer and the host wrapper in one module) and its loader (bind a launcher to each
+kernel; kernels compile in the compile workers, started here around codegen).
+``triton_backend`` is the torch.compile-protocol entry: the aot layer turns the captured
+graph into ATen graphs (forward and backward) and the pipeline compiles each.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
-import os
-import time
 
 import torch
 
-from .. import fallbacks, logs
+from .. import fallbacks
 from ..counters import counters
-from ..options import Options, default_cache_dir
-from ..runtime.graph_cache import CacheSpec
-from ..observe.debug_dir import write_current
 from ..observe.phases import phase_timer
-
-PERSISTENT_REDUCTION_LIMIT = 8192   # rows up to this many elements are reduced in one tile
-
-
-@dataclasses.dataclass
-class CompiledGraph:
-    """A compiled ATen graph: call it with the graph's inputs."""
-    call: object
-    constants: list
-    module: object
-    source: str
-    path: str
-    launchers: dict = dataclasses.field(default_factory=dict)
-    schedule: object = None       # None when the module came from the disk cache
-    cache_hit: bool = False
-    compile_seconds: float = 0.0
-    autotune: bool = False
-
-    def artifact(self) -> dict:
-        """What the compiled-graph cache stores to rebuild this graph (``load_artifact``)."""
-        return {"source": self.source, "path": self.path, "constants": list(self.constants),
-                "autotune": self.autotune}
-
-    def __call__(self, *args):
-        return self.call_boxed(list(args))
-
-    def call_boxed(self, args: list):
-        """Run on ``args``, emptying the list: each input is dropped after its last use."""
-        if self.constants:
-            args.extend(self.constants)
-        return self.call(args)
-
-    @property
-    def kernel_names(self) -> list:
-        return list(self.module.KERNELS)
+from ..options import CompileConfig, Options
+from ..target import Target, triton_target
+from . import pipeline
+from .executable import Executable
+from .graph_cache import CacheSpec
 
 
-def _constants_of(gm: torch.fx.GraphModule) -> list:
+def _generate(schedule, target: Target, config: CompileConfig, prefix: str) -> str:
+    from ..codegen.triton.module import generate_module, kernel_file
+    from ..runtime import compile_pool
+
+    source, kernels = generate_module(schedule, target, config)
+    if target.compiles_kernels:
+        # kernels compile when the module is loaded: start the workers now
+        compile_pool.start_workers(len({kernel_file(k)[0] for k in kernels.values()}), config.compile_workers)
+    return source
+
+
+def _debug_files(source: str) -> dict:
+    from ..codegen.triton.module import split_module
+
+    kernels, wrapper = split_module(source)
+    return {"kernels.py": kernels, "wrapper.py": wrapper}
+
+
+def _load(modules: list, target: Target, config: CompileConfig, library_source) -> list:
+    """Import each generated module and bind a launcher to each of its kernels."""
+    from ..runtime import code_cache, compile_pool
+    from ..runtime.launcher import make_launcher
+
     out = []
-    for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            value = getattr(gm, node.target)
-            if isinstance(value, torch.Tensor):
-                out.append(value)
+    with phase_timer.phase("kernel_compile"):  # loading; Triton compiles each kernel on its first launch
+        for m in modules:
+            module = code_cache.load_module(m.path, m.source)
+            launchers = {name: make_launcher(getattr(module, name), name, meta, m.source, config.cache_dir,
+                                             config.autotune)
+                         for name, meta in module.KERNELS.items()}
+            counters["kernels"] += len(launchers)
+            warmer = compile_pool.finish_pending if target.compiles_kernels else None
+            out.append(Executable(module.make_call(launchers), list(m.constants), module, m.source, m.path,
+                                  target.name, launchers=launchers, warmer=warmer))
     return out
 
 
-@phase_timer.compile("triton_graph")  # called alone (not under a frontend compile): a record of its own
-def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Options | None = None, *,
-                       persistent_limit: int = PERSISTENT_REDUCTION_LIMIT, autotune: bool = False):
-    """Lower, schedule and generate code for one ATen graph; reuse the disk cache when it can.
+pipeline.register_target("triton", pipeline.TargetWriters("graphs", _generate, _load, _debug_files))
 
-    ``autotune``: time each kernel's candidate configs on its first call (on a GPU) and
-    store the winner on disk; otherwise a stored winner or the default config is used.
-    Returns a ``CompiledGraph``, or the graph's own ``forward`` when it cannot be
-    compiled (logged on the ``fallbacks`` channel; raised with ``raise_internal_errors``).
-    """
-    from ..codegen.triton.module import generate_module, split_module
-    from ..lowering.lower import lower_graph
-    from ..runtime import code_cache
+
+@functools.lru_cache(maxsize=None)
+def _gpu_knobs(device: torch.device) -> tuple:
+    return (torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device))
+
+
+def target_for(device: torch.device) -> Target:
+    """The Triton target for kernels on ``device`` tensors: interpreted when Triton runs in
+    its interpreter (``TRITON_INTERPRET=1``, read by Triton when it is imported); on meta
+    tensors (stand-ins for CUDA ones), code that is generated and compiled elsewhere."""
     from ..runtime.triton_mode import interpreting
-    from ..schedule import schedule_graph
 
-    start = time.perf_counter()
-    options = options or Options.from_env()
-    cache_dir = default_cache_dir(options)
-    constants = _constants_of(aten_gm)
-    key = code_cache.graph_key(aten_gm, example_inputs, constants,
-                               (persistent_limit, interpreting(), options.split_reduction_min_elements,
-                                options.pad_matmuls))
-    stored = code_cache.read_module(cache_dir, "graphs", key)
-    schedule, hit = None, stored is not None
-    if hit:
-        path, source = stored
-    else:
-        try:
-            graph, _ = lower_graph(aten_gm, example_inputs, split_threshold=options.split_reduction_min_elements,
-                                   pad_matmuls=options.pad_matmuls, options=options)
-            write_current(options, "loop_ir.txt", graph.__str__)
-            schedule = schedule_graph(graph, options)
-            write_current(options, "schedule.txt", schedule.__str__)
-            source, _ = generate_module(schedule, persistent_limit, options.compile_workers)
-        except Exception as error:
-            if options.raise_internal_errors:
-                raise fallbacks.with_context(error, "the triton backend's lowering and codegen")
-            # never fail the user's program: run this graph's ATen ops as they are
-            fallbacks.announce(f"the triton backend could not compile it: {type(error).__name__}: {error}",
-                               graph=True, options=options)
-            return aten_gm.forward
-        path = code_cache.write_module(cache_dir, "graphs", key, source)
-    logs.log("output_code", f"{path}\n{source}")
-    write_current(options, "kernels.py", lambda: split_module(source)[0])
-    write_current(options, "wrapper.py", lambda: split_module(source)[1])
-    compiled = _load(source, path, constants, cache_dir, autotune)
-    compiled.schedule, compiled.cache_hit = schedule, hit
-    compiled.compile_seconds = elapsed = time.perf_counter() - start
-    logs.log("perf", f"compiled graph {key[:12]} in {elapsed * 1000:.1f} ms ({'disk cache' if hit else 'fresh'})")
-    return compiled
+    interpreted = interpreting()
+    if device.type == "cuda" and not interpreted:
+        return triton_target("cuda", False, _gpu_knobs(device))
+    return triton_target(device.type, interpreted, ("interpreter",) if interpreted else ())
 
 
-def _load(source: str, path: str, constants: list, cache_dir: str, autotune: bool) -> CompiledGraph:
-    """Import a generated module and bind a launcher to each of its kernels."""
-    from ..runtime import code_cache
-    from ..runtime.launcher import make_launcher
+def _unsupported(device: torch.device) -> str | None:
+    """Why kernels cannot run on ``device`` tensors here, or None: they run on CUDA tensors,
+    or on CPU tensors in Triton's interpreter."""
+    from ..runtime.triton_mode import interpreting
 
-    with phase_timer.phase("kernel_compile"):  # loading; Triton compiles each kernel on its first launch
-        module = code_cache.load_module(path, source)
-        launchers = {name: make_launcher(getattr(module, name), name, meta, source, cache_dir, autotune)
-                     for name, meta in module.KERNELS.items()}
-    counters["kernels"] += len(launchers)
-    return CompiledGraph(module.make_call(launchers), constants, module, source, path, launchers,
-                         autotune=autotune)
+    if device.type == "cuda" or (device.type == "cpu" and interpreting()):
+        return None
+    return (f"the triton backend runs {device.type} tensors only on CUDA"
+            + (" (or with TRITON_INTERPRET=1)" if device.type == "cpu" else ""))
 
 
-def load_artifact(artifact: dict, cache_dir: str) -> CompiledGraph:
-    """A compiled graph from its compiled-graph cache artifact. Triton finds each kernel's
-    binary in its own cache on the first launch (it compiles only if that went missing)."""
-    from ..runtime import code_cache
+def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Options | None = None):
+    """One ATen graph through the pipeline with the Triton target of its device.
 
-    key = os.path.basename(artifact["path"])[:-3]
-    stored = code_cache.read_module(cache_dir, "graphs", key)
-    if stored is not None and stored[1] == artifact["source"]:
-        path = stored[0]
-    else:  # Triton reads kernel source from the module's file
-        path = code_cache.write_module(cache_dir, "graphs", key, artifact["source"])
-    compiled = _load(artifact["source"], path, artifact["constants"], cache_dir, artifact["autotune"])
-    compiled.cache_hit = True
-    return compiled
+    Returns an ``Executable``, or the graph's own ``forward`` when it cannot be compiled
+    (logged on the ``fallbacks`` channel; raised with ``raise_internal_errors``)."""
+    from ..lowering.lower import graph_device
+
+    config = CompileConfig.from_options(options or Options.from_env())
+    device = graph_device(example_inputs)   # a CPU scalar among CUDA inputs does not decide
+    return pipeline.compile(aten_gm, example_inputs, target_for(device), config)
 
 
 def triton_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Options | None = None):
     """torch.compile backend protocol: ``triton_backend(gm, example_inputs) -> callable``."""
     from ..aot import aot_compile
+    from ..lowering.lower import graph_device
 
     options = options or Options.from_env()
+    config = CompileConfig.from_options(options)
 
     def compiler(aten_gm, inputs):
-        from ..lowering.lower import graph_device
-        from ..runtime.triton_mode import interpreting
-
         device = graph_device(inputs)   # a CPU scalar among CUDA inputs does not decide
-        if device.type != "cuda" and not (device.type == "cpu" and interpreting()):
-            # Kernels run on CUDA tensors, or on CPU tensors in Triton's interpreter
-            # (TRITON_INTERPRET=1, which Triton reads when it is imported).
-            fallbacks.announce(f"the triton backend runs {device.type} tensors only on CUDA"
-                               + (" (or with TRITON_INTERPRET=1)" if device.type == "cpu" else ""),
-                               graph=True, options=options)
+        why = _unsupported(device)
+        if why is not None:
+            fallbacks.announce(why, graph=True, options=config)
             return aten_gm.forward
-        return compile_aten_graph(aten_gm, inputs, options)
+        return pipeline.compile(aten_gm, inputs, target_for(device), config)
 
     cache = None
-    if options.graph_cache and not options.debug_dir:  # a debug dir wants every layer's artifacts
-        cache_dir = default_cache_dir(options)
-        cache = CacheSpec(cache_dir, ("triton", PERSISTENT_REDUCTION_LIMIT, _kernel_target(example_inputs)),
-                          functools.partial(load_artifact, cache_dir=cache_dir))
+    target = target_for(graph_device(example_inputs))
+    if config.graph_cache and not config.debug_dir:  # a debug dir wants every layer's artifacts
+        cache = CacheSpec(config.cache_dir, config.cache_key(target),
+                          functools.partial(pipeline.load_artifact, target=target, config=config))
     return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler, options=options,
                        cache=cache, device_layouts=True)
-
-
-def _kernel_target(example_inputs) -> str:
-    """What the kernels run on: Triton's interpreter, or the GPU's name and compute capability."""
-    from ..runtime.triton_mode import interpreting
-
-    if interpreting():
-        return "interpreter"
-    device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor) and x.device.type == "cuda"),
-                  None)
-    if device is None:
-        return "no gpu"
-    return f"{torch.cuda.get_device_name(device)}|{torch.cuda.get_device_capability(device)}"
 
 
 # Compile workers started when a capture begins in a process that uses the GPU.
@@ -207,7 +141,7 @@ def start_compile_workers_early(args: tuple) -> None:
     from ..runtime import compile_pool
     from ..runtime.triton_mode import interpreting
 
-    if not interpreting():   # a capture hook gets no options: the environment's setting
+    if not interpreting():
         compile_pool.start_workers(EARLY_WORKERS * compile_pool.JOBS_PER_WORKER,
                                    Options.from_env().compile_workers)
 

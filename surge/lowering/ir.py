@@ -184,6 +184,8 @@ class LoopGraph:
     # the size symbols, their hints and the guards lowering recorded
     sizes: SizeVars = dataclasses.field(default_factory=SizeVars)
     size_inputs: list = dataclasses.field(default_factory=list)   # SizeInput, in call order
+    # what the code generator decides (surge/target.py): the schedule reads it from here
+    target: object = None
 
     def buffer(self, name: str) -> Buffer:
         return self.by_name[name]

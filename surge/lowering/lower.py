@@ -18,6 +18,8 @@ from .. import logs
 from ..errors import SurgeError
 from ..observe.phases import phase_timer
 from ..passes.pipeline import PassContext, run_pipeline
+from ..options import CompileConfig
+from ..target import Target, default_target
 from . import matmul_padding, ops_index, ops_pointwise, ops_reduction, ops_view  # noqa: F401  (register rules)
 from .ir import (
     ComputedBuffer, ExternBuffer, GraphOutput, InputBuffer, Layout, LoopGraph, SizeInput, TensorArg,
@@ -66,11 +68,11 @@ def meta_value(node):
 class Lowering:
     """The state of lowering one graph; lowering rules receive it as ``ctx``."""
 
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs, device: torch.device,
-                 split_threshold: int = SPLIT_REDUCTION_MIN_ELEMENTS, pad_matmuls: bool = False):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, device: torch.device, target: Target,
+                 config: CompileConfig):
         self.gm = gm
-        self.split_threshold = split_threshold
-        self.pad_matmuls = pad_matmuls
+        self.target = target
+        self.config = config
         self.example_inputs = list(example_inputs)
         self.device = device
         self.inputs: list[InputBuffer] = []
@@ -189,7 +191,7 @@ class Lowering:
         dims = sorted({d % max(t.ndim, 1) for d in dims}) if t.ndim else []
         if split:
             out = split_reduction(self, t, dims, keepdim, reduction_type, dtype, acc_dtype or dtype,
-                                  correction, self.split_threshold)
+                                  correction, self.config.split_reduction_min_elements)
             if out is not None:
                 return out
         out_shape = [sympy.Integer(1) if d in dims else s for d, s in enumerate(t.shape)]
@@ -324,7 +326,7 @@ class Lowering:
                 raise LoweringError(f"unsupported FX node kind {node.op!r} ({node.format_node()})")
         self.lower_copy_backs(copy_backs)
         graph = LoopGraph(self.inputs, self.buffers, outputs, self.device, sizes=self.sizes,
-                          size_inputs=self.size_inputs)
+                          size_inputs=self.size_inputs, target=self.target)
         graph.single_output = self.single_output
         return graph
 
@@ -580,20 +582,20 @@ def graph_device(example_inputs) -> torch.device:
 
 @phase_timer.phase("lowering")
 def lower_graph(gm: torch.fx.GraphModule, example_inputs, device: torch.device | None = None, *,
-                split_threshold: int | None = None, pad_matmuls: bool | None = None, options=None):
+                target: Target | None = None, config: CompileConfig | None = None):
     """The ``LoopGraph`` of ``gm`` after the loop IR's pipeline (``pipeline.LOOP_IR``), plus
     the constant tensors it reads as extra inputs.
 
-    ``split_threshold``: reductions of at least this many elements per row over few
-    rows are split in two (default ``SPLIT_REDUCTION_MIN_ELEMENTS``). ``pad_matmuls``:
-    16-bit matmuls with misaligned sizes run on padded operands (``matmul_padding``;
-    default: on CUDA). ``options``: the compile's Options (the pipeline's debug dumps)."""
+    ``target``: what the code generator decides (padded matmuls, split column reductions;
+    default: the device's default target). ``config``: the compile's options (the split
+    threshold of reductions, ``pad_matmuls``, the debug dir of the pipeline's dumps;
+    default: the defaults)."""
     if device is None:
         device = graph_device(example_inputs)
-    if split_threshold is None:
-        split_threshold = SPLIT_REDUCTION_MIN_ELEMENTS
-    if pad_matmuls is None:
-        pad_matmuls = device.type == "cuda"
-    lowering = Lowering(gm, example_inputs, device, split_threshold, pad_matmuls)
-    graph = run_pipeline(lowering.run(), PassContext(graph_name="loop_ir", options=options), LOOP_IR)
+    if target is None:
+        target = default_target(device.type)
+    if config is None:
+        config = CompileConfig(split_reduction_min_elements=SPLIT_REDUCTION_MIN_ELEMENTS)
+    lowering = Lowering(gm, example_inputs, device, target, config)
+    graph = run_pipeline(lowering.run(), PassContext(graph_name="loop_ir", options=config), LOOP_IR)
     return graph, lowering.constants

@@ -93,7 +93,7 @@ def _padded_bias(ctx, bias: LazyTensor, n: int, n_pad: int) -> LazyTensor:
 
 def _plan(ctx, a, b):
     """(m, k, n, k_pad, n_pad) when this matmul is padded, else raises ``NotLowered``."""
-    if not ctx.pad_matmuls:
+    if not ctx.target.pad_matmuls(ctx.config):
         raise NotLowered("matmul padding is off")
     if not (isinstance(a, LazyTensor) and isinstance(b, LazyTensor)) or a.ndim != 2 or b.ndim != 2:
         raise NotLowered("not two matrices")

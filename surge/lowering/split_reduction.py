@@ -77,9 +77,9 @@ def _chunks(rnumel: int, splits: int) -> tuple:
     return math.ceil(rnumel / chunk), chunk
 
 
-def splits_columns(device) -> bool:
+def splits_columns(target) -> bool:
     """Column reductions are split for GPU kernels; C++ kernels parallelize over column blocks."""
-    return device.type == "cuda"
+    return target.splits_column_reductions
 
 
 def is_column_reduction(shape, dims) -> bool:
@@ -175,7 +175,7 @@ def split_reduction(ctx, t: LazyTensor, dims, keepdim: bool, reduction_type: str
     if not t.ndim or not dims or rows is None or rnumel is None:
         return None
     plan = plan_split(rows, rnumel, threshold)
-    columns = plan is None and splits_columns(ctx.device) and is_column_reduction(t.shape, dims)
+    columns = plan is None and splits_columns(ctx.target) and is_column_reduction(t.shape, dims)
     if columns:
         plan = plan_column_split(rows, rnumel)
     if plan is None:

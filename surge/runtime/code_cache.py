@@ -16,20 +16,34 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import sys
 import types
 
 import torch
 
 from .. import cache_store
 
-_COMPILER_DIRS = ("lowering", "schedule", "codegen", "runtime")
+# surge's folders whose sources shape a generated module (the driver's too: it picks
+# the target's decisions and writers).
+_COMPILER_DIRS = ("lowering", "schedule", "codegen", "runtime", "backends")
+
+
+@functools.lru_cache(maxsize=1)
+def triton_version() -> str:
+    """From the installed package's metadata, without importing triton (slow, and cpp needs
+    none): the same answer whether or not triton is imported."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("triton")
+    except PackageNotFoundError:
+        triton = sys.modules.get("triton")  # importable without package metadata (a source tree)
+        return getattr(triton, "__version__", "none") if triton is not None else "none"
 
 
 @functools.lru_cache(maxsize=1)
 def compiler_fingerprint() -> str:
     """Hash of the compiler's own sources: a changed compiler never reads stale code."""
-    from .graph_cache import triton_version   # read without importing triton (slow, and cpp needs none)
-
     return cache_store.sources_fingerprint(_COMPILER_DIRS, f"{torch.__version__} {triton_version()}")
 
 

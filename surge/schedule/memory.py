@@ -141,7 +141,8 @@ def _in_group_reads(group: KernelGroup) -> dict:
     return {n.name: read_buffers(n) & members for n in group.nodes}
 
 
-def _in_place_donor(group: KernelGroup, name: str, candidates: set, by_name: dict) -> str | None:
+def _in_place_donor(group: KernelGroup, name: str, candidates: set, by_name: dict,
+                    in_place_bf16: bool) -> str | None:
     """A buffer among ``candidates`` (read for the last time by ``group``, its storage free
     to take) whose storage the output ``name`` can take while the kernel reads it:
 
@@ -167,7 +168,7 @@ def _in_place_donor(group: KernelGroup, name: str, candidates: set, by_name: dic
     out = by_name[name]
     if out.layout.offset != 0 or not _non_overlapping(out.layout):
         return None   # an offset: the host passes a computed buffer's data pointer, not its storage's start
-    if out.device.type == "cpu" and _rounds_to_bf16(group):
+    if not in_place_bf16 and _rounds_to_bf16(group):
         return None
     producer = group.member(name)
     reads = _in_group_reads(group)
@@ -228,7 +229,8 @@ def plan_memory(graph: LoopGraph, steps: list, input_stores: dict | None = None)
                     plan.reuses += 1
                     continue
                 free = pool.get(_reuse_key(buf))
-                donor = None if free else _in_place_donor(step, name, dying - taken_in_place, by_name)
+                donor = None if free else _in_place_donor(step, name, dying - taken_in_place, by_name,
+                                                               graph.target.in_place_bf16)
                 if free:
                     sm.allocate.append((name, free.pop()))
                     plan.reuses += 1

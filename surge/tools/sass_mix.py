@@ -137,12 +137,15 @@ def graph_mixes(aten_gm, example_inputs, config: dict | None = None) -> list:
     from ..lowering.lower import lower_graph
     from ..runtime.autotune import candidate_configs
     from ..runtime.triton_mode import interpreting
+    from ..options import CompileConfig
     from ..schedule import schedule_graph
+    from ..target import triton_target
 
     if interpreting():
         raise RuntimeError("counting SASS needs Triton's compiled mode (TRITON_INTERPRET=0)")
-    graph, _ = lower_graph(aten_gm, list(example_inputs))
-    _, kernels = generate_module(schedule_graph(graph))
+    target, config = triton_target("cuda", interpreted=False), CompileConfig()   # the H200's kernels
+    graph, _ = lower_graph(aten_gm, list(example_inputs), target=target, config=config)
+    _, kernels = generate_module(schedule_graph(graph), target, config)
     out = []
     with tempfile.TemporaryDirectory() as folder:
         for ks in kernels.values():

@@ -6,7 +6,8 @@ import torch._decomp
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
-from surge.backends.triton import compile_aten_graph
+from surge.backends.triton import compile_aten_graph, target_for
+from surge.options import Options
 from surge.lowering.lower import lower_graph
 from surge.schedule import schedule_graph
 
@@ -23,8 +24,16 @@ def schedule_of(fn, *inputs):
     return schedule_graph(graph)
 
 
-def compile_fn(fn, *inputs, **kwargs):
-    return compile_aten_graph(aten_graph(fn, *inputs), list(inputs), **kwargs)
+def compile_fn(fn, *inputs, options: Options | None = None, **changes):
+    """``fn`` through the one pipeline with the Triton target; ``changes`` are options
+    (``persistent_reduction_limit=16``, ``autotune=True``) applied over ``options``."""
+    options = (options or Options.from_env()).replace(**changes)
+    return compile_aten_graph(aten_graph(fn, *inputs), list(inputs), options)
+
+
+def triton_target_here():
+    """The Triton target kernels of this machine's test tensors are generated for."""
+    return target_for(torch.device(DEVICE))
 
 
 def assert_matches_eager(fn, compiled, *inputs, **tol):

@@ -14,10 +14,11 @@ from surge.codegen.triton.module import generate_module
 from surge.lowering import split_reduction
 from surge.lowering.split_reduction import is_column_reduction, plan_column_split
 from surge.runtime import autotune
+from surge.options import CompileConfig
 from surge.schedule.groups import KernelGroup
 from surge.tools.workloads import LayerNormMLP
 
-from .helpers import assert_outputs_match, compile_fn, schedule_of
+from .helpers import assert_outputs_match, compile_fn, schedule_of, triton_target_here
 
 
 @pytest.fixture
@@ -29,7 +30,7 @@ def gpu_like_splits(monkeypatch):
 
 
 def _kernel_meta(fn, *inputs) -> list:
-    _, kernels = generate_module(schedule_of(fn, *inputs))
+    _, kernels = generate_module(schedule_of(fn, *inputs), triton_target_here(), CompileConfig())
     return [(k.column, k.persistent, k.rnumel) for k in kernels.values()]
 
 

@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 
 import surge
-from surge.options import Options
-from surge.runtime import graph_cache
+from surge.options import CompileConfig, Options
+from surge.target import cpp_target
+from surge.backends import graph_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -43,7 +44,7 @@ def test_key_is_stable_within_and_across_processes():
     graph_cache.versions_fingerprint.cache_clear()  # surge's sources now, as the child will read them
     key = _key(_block, x, w)
     assert key is not None and key == _key(_block, torch.randn(4, 8), torch.randn(8, 8))
-    child = ("import torch, torch.nn.functional as F\nfrom surge.runtime import graph_cache\n"
+    child = ("import torch, torch.nn.functional as F\nfrom surge.backends import graph_cache\n"
              "def _block(x, w):\n    return F.gelu(x @ w) + 1.0\n"
              "print(graph_cache.graph_key(torch.fx.symbolic_trace(_block), "
              "[torch.randn(4, 8), torch.randn(8, 8)], (False, ()), ('cpp',)))\n")
@@ -87,10 +88,15 @@ def test_every_change_the_result_depends_on_changes_the_key():
 
 
 def test_options_change_the_key():
-    spec = graph_cache.CacheSpec("unused", ("cpp",), load_artifact=None)
+    """The spec keys by the compile's one config key (every code-changing option and the
+    target: tests/backend/test_compile_config.py checks each field)."""
     gm, inputs = torch.fx.symbolic_trace(_block), [torch.randn(4, 8), torch.randn(8, 8)]
-    assert (spec.key(gm, inputs, (), Options(fallback_random=True))
-            != spec.key(gm, inputs, (), Options(fallback_random=False)))
+
+    def key(**options):
+        config = CompileConfig.from_options(Options(**options))
+        return graph_cache.CacheSpec("unused", config.cache_key(cpp_target()), None).key(gm, inputs, ())
+    assert key(fallback_random=True) != key(fallback_random=False)
+    assert key(debug_dir="/somewhere") == key()
 
 
 def test_what_the_key_cannot_describe_is_not_cached():

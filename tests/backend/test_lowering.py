@@ -35,14 +35,14 @@ REDUCTIONS = {
 @pytest.mark.parametrize("name", sorted(REDUCTIONS))
 def test_reductions_match_eager(name, persistent_limit):
     fn = REDUCTIONS[name]
-    c = compile_fn(fn, randn(6, 13), persistent_limit=persistent_limit)
+    c = compile_fn(fn, randn(6, 13), persistent_reduction_limit=persistent_limit)
     assert_matches_eager(fn, c, randn(6, 13), atol=1e-5, rtol=1e-5)
 
 
 def test_reduction_epilogues_fuse_and_prologues_inline():
     # the normalisation reads x twice and the statistics once each: one kernel
     fn = lambda x: (x - x.mean(-1, keepdim=True)) / (x.var(-1, keepdim=True) + 1e-5).sqrt()  # noqa: E731
-    c = compile_fn(fn, randn(6, 40), persistent_limit=8)
+    c = compile_fn(fn, randn(6, 40), persistent_reduction_limit=8)
     assert len(c.kernel_names) == 1
     assert "for roffset in range(0, rnumel, RBLOCK):" in c.source
     assert_matches_eager(fn, c, randn(6, 40), atol=1e-5, rtol=1e-5)

@@ -14,7 +14,7 @@ from surge.lowering import matmul_padding
 from surge.lowering.ir import ComputedBuffer, ExternBuffer
 from surge.lowering.lower import lower_graph
 from surge.lowering.ops_view import view_strides
-from surge.options import Options
+from surge.options import CompileConfig, Options
 
 from .helpers import DEVICE, aten_graph, compile_fn, randn
 
@@ -35,7 +35,7 @@ def linear_scaled(x, w, b):
 
 
 def _externs(fn, *inputs, pad=True):
-    graph, _ = lower_graph(aten_graph(fn, *inputs), list(inputs), pad_matmuls=pad)
+    graph, _ = lower_graph(aten_graph(fn, *inputs), list(inputs), config=CompileConfig(pad_matmuls=pad))
     return graph, [b for b in graph.buffers if isinstance(b, ExternBuffer)]
 
 

@@ -15,7 +15,9 @@ from surge.lowering.ir import ComputedBuffer, ExternBuffer
 from surge.lowering.lower import graph_device, lower_graph
 from surge.lowering.values import loaded_buffers
 from surge.schedule import schedule_graph
+from surge.options import CompileConfig
 from surge.schedule.groups import KernelGroup
+from surge.target import triton_target
 
 from .helpers import aten_graph
 
@@ -65,7 +67,7 @@ def test_no_kernel_reads_a_cpu_tensor(first_scalar):
 def test_triton_kernels_take_only_accelerator_pointers(first_scalar):
     schedule = schedule_graph(_lowered(first_scalar))
     by_name = schedule.graph.by_name
-    _, kernels = generate_module(schedule)
+    _, kernels = generate_module(schedule, triton_target("cuda", interpreted=False), CompileConfig())
     assert len(kernels) == sum(isinstance(s, KernelGroup) for s in schedule.steps) >= 1
     for ks in kernels.values():
         for param, buffer, _ in ks.params:

@@ -48,7 +48,7 @@ def test_layer_norm_gelu_is_one_kernel():
 
 def test_softmax_is_one_kernel_persistent_and_looped():
     for limit in (8192, 16):   # a row in one tile, and a row in chunks of the loop
-        c = _compile(softmax, randn(5, 37), persistent_limit=limit)
+        c = _compile(softmax, randn(5, 37), persistent_reduction_limit=limit)
         assert len(c.kernel_names) == 1
         meta = next(iter(c.module.KERNELS.values()))
         assert meta["persistent"] == (limit > 37)
@@ -80,6 +80,6 @@ def test_kernels_compile_for_sm90():
                          (layer_norm_gelu, (randn(6, 48), randn(48), randn(48))),
                          (softmax, (randn(5, 37),)), (pointwise_chain, (randn(7, 9), randn(9)))):
             _compile(fn, *args)
-    _compile(softmax, randn(5, 37), persistent_limit=16)
+    _compile(softmax, randn(5, 37), persistent_reduction_limit=16)
     results = compile_in_subprocess(sorted(set(COMPILED_PATHS)))
     assert results and all(v == "ok" for v in results.values()), results

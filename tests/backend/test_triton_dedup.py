@@ -92,7 +92,7 @@ def three_looped_reductions(x, m1, m2, m3):
 
 def test_repeated_looped_reductions_share_one_kernel():
     inputs = [randn(3, 40)] + [randn(40, 40) for _ in range(3)]
-    c = compile_fn(three_looped_reductions, *inputs, persistent_limit=16)
+    c = compile_fn(three_looped_reductions, *inputs, persistent_reduction_limit=16)
     assert len(c.kernel_names) == 3
     text, = c.module.KERNEL_FILES.values()   # accumulators are not named after the layer's buffers
     assert "for " in text, "the reductions loop over tiles"

@@ -206,7 +206,7 @@ def test_max_and_argmax_of_looped_rows_see_nan():
     """Rows longer than the persistent limit loop over r: the accumulators keep a NaN too."""
     def extremes(x):
         return x.amax(-1), x.amin(-1), x.argmax(-1), x.argmin(-1)
-    c = compile_fn(extremes, randn(5, 100), persistent_limit=16)
+    c = compile_fn(extremes, randn(5, 100), persistent_reduction_limit=16)
     x = randn(5, 100)
     x[1, 37] = x[3, 99] = x[3, 5] = float("nan")
     assert_matches_eager(extremes, c, x, equal_nan=True)

@@ -138,7 +138,7 @@ def test_triton_backend_writes_loop_ir_schedule_kernels_and_wrapper(tmp_path):
     artifacts = read_artifacts(str(debug_dir))
     assert len(artifacts) == 2, list(artifacts)
     (_, train), (_, infer) = artifacts.items()
-    stages = ["loop_ir.txt", "schedule.txt", "kernels.py", "wrapper.py"]
+    stages = ["loop_ir.txt", "schedule.txt", "kernels.py", "wrapper.py", "launches.txt"]
     assert summaries(train) == (["source.py", "graph.py", "aten_forward.py", "aten_backward.py", "partition.txt"]
                                 + stages + ["backward_" + s for s in stages] + ["guards.txt"])
     assert summaries(infer) == ["source.py", "graph.py", "aten_forward.py"] + stages + ["guards.txt"]

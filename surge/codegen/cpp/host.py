@@ -10,6 +10,7 @@ from __future__ import annotations
 from ...lowering.ir import ExternBuffer
 from ...schedule.scheduler import Schedule
 from ..common import format_index
+from ..launches import tables_source
 from ..wrapper import WRAPPER_PRELUDE, argument_names, guard_imports, size_bindings
 from .extern_calls import BINDINGS_PRELUDE, ExternCalls
 from .host_layouts import host_layouts
@@ -108,6 +109,9 @@ class HostWriter:
         out.extend(self.aten.module_bindings())
         out.append(f"\nCPP_SOURCE = {self.module.source!r}\n")
         out.append(f"KERNELS = {list(self.module.kernels)!r}\n")
+        segment_of = {step.index: seg.name for seg in self.module.segments for step in seg.steps}
+        out.append(tables_source(self.schedule, lambda group: self.module.kernel_of_step[group.index],
+                                 lambda group: segment_of[group.index]))
         out.append("\ndef make_call(lib):")
         out.extend("    " + line for line in guard_imports(self.schedule.graph))
         for seg in self.module.segments:

@@ -6,16 +6,15 @@ allocates buffers, calls each segment once through ctypes with the buffers'
 data pointers, and calls ATen for the extern steps in between, so a graph with
 no extern call is a single C++ call.
 
-The module follows the shared schedule refined for CPUs: column sums join the
-row kernel that computes their operands (``schedule/column_fusion.py``). The
-host code follows the refined schedule, which the module carries.
+The module follows the schedule it is given, which the driver refines for CPUs
+first (column sums join the row kernel that computes their operands,
+``schedule/column_fusion.py``); the host code follows the same schedule, which
+the module carries.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from ... import logs
-from ...schedule.column_fusion import fuse_column_reductions
 from ...schedule.groups import KernelGroup
 from ...schedule.scheduler import Schedule
 from ..common import prepare_kernel
@@ -39,6 +38,7 @@ class CppModule:
     segments: list              # Segment, in execution order
     segment_of_step: dict       # step index -> Segment (first step of each segment only)
     schedule: Schedule          # the schedule the kernels implement (refined for CPUs)
+    kernel_of_step: dict = dataclasses.field(default_factory=dict)   # step index -> kernel name
 
 
 # A segment's pointers are one ctypes call's arguments, of which ctypes allows 1024.
@@ -65,15 +65,15 @@ def _in_place_pairs(step_memory) -> frozenset:
 
 
 def generate_cpp_module(schedule: Schedule, prefix: str = "") -> CppModule:
-    """The graph's C++; ``prefix`` keeps names unique when several graphs share one library."""
-    refined = fuse_column_reductions(schedule)
-    if refined is not schedule:
-        logs.log("schedule", "refined for the cpp backend (column sums in row kernels):\n" + str(refined))
-    schedule = refined
+    """The graph's C++; ``prefix`` keeps names unique when several graphs share one library.
+
+    ``schedule`` is the one the kernels implement: the driver has refined it for the
+    target already (column sums in row kernels, ``schedule/column_fusion.py``)."""
     buffers = schedule.graph.by_name
     kernels: dict[str, CppKernel] = {}
     parts = []
     segments = []
+    kernel_of_step = {}
 
     def close(steps, params, size_params, calls):
         size_params = sorted(size_params)
@@ -88,6 +88,7 @@ def generate_cpp_module(schedule: Schedule, prefix: str = "") -> CppModule:
             kernel = generate_cpp_kernel(prepare_kernel(step), buffers, f"{prefix}cpp_{step.name}",
                                          _in_place_pairs(schedule.memory.steps[step.index]), schedule.graph.sizes)
             kernels[kernel.name] = kernel
+            kernel_of_step[step.index] = kernel.name
             parts.append(kernel.source)
             arguments = (len(set(params) | {b for b, _ in kernel.params})
                          + len(set(size_params) | set(kernel.size_args)))
@@ -107,4 +108,4 @@ def generate_cpp_module(schedule: Schedule, prefix: str = "") -> CppModule:
     if any(kernel.vector16 for kernel in kernels.values()):
         parts.insert(0, vector16.HELPERS)
     first = {seg.steps[0].index: seg for seg in segments}
-    return CppModule("\n".join(parts), kernels, segments, first, schedule)
+    return CppModule("\n".join(parts), kernels, segments, first, schedule, kernel_of_step)

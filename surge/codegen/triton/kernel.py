@@ -26,7 +26,8 @@ from ...lowering.reductions import HIGHEST, ONE, ZERO, ReductionKind, reduction_
 from ...lowering.size_vars import SizeVars, static_int
 from ...lowering.sizes import linear_coefficient
 from ...lowering.values import Constant, IndexValue, Load, Masked, Op, cast_scalar, walk
-from ...runtime.triton_mode import interpreting
+from ...options import CompileConfig
+from ...target import Target
 from ..common import KernelPlan, format_index, layout_span, plan_size_symbols
 from .functions import functions_called
 from .ops import COSTLY_OPS, OP_RULES, POINTER_TYPES, cast_expr, compute_dtype, literal, triton_dtype
@@ -76,8 +77,10 @@ class Scope:
 
 
 class TritonKernelWriter:
-    def __init__(self, plan: KernelPlan, buffers: dict, name: str, persistent_limit: int, sizes: SizeVars):
+    def __init__(self, plan: KernelPlan, buffers: dict, name: str, target: Target, config: CompileConfig,
+                 sizes: SizeVars):
         self.plan = plan
+        self.interpreted = target.interpreted   # bf16 rounds by hand: the interpreter truncates
         self.buffers = buffers
         self.name = name
         self.sizes = sizes
@@ -86,6 +89,7 @@ class TritonKernelWriter:
         self.symbolic = bool(self.xnumel.free_symbols or self.rnumel.free_symbols or plan_size_symbols(plan))
         self.reduction = plan.is_reduction
         self.column = self.reduction and reads_along_x(plan)
+        persistent_limit = config.persistent_reduction_limit
         limit = min(COLUMN_PERSISTENT_LIMIT, persistent_limit) if self.column else persistent_limit
         tile_limit = 1 << max(0, limit.bit_length() - 1)   # the largest power of 2 within it
         # A symbolic row length decides at its hint: a persistent kernel's RBLOCK is chosen
@@ -216,7 +220,7 @@ class TritonKernelWriter:
                     source = self.assign(scope, f"tl.full([], {source}, "
                                                 f"{triton_dtype(compute_dtype(args[0].dtype))})")
                 expr = cast_expr(source, args[0].dtype, v.dtype)
-                if v.dtype == torch.bfloat16 and interpreting():
+                if v.dtype == torch.bfloat16 and self.interpreted:
                     expr = f"_to_bf16_rtne({source}).to(tl.float32)"
                 return Emitted(self.assign(scope, expr), v.dtype, uses_r, False)
             else:
@@ -278,7 +282,7 @@ class TritonKernelWriter:
         else:
             e = self.emit(scope, member.value)
         value = self.block(e, e.dtype, with_r)
-        if buf.dtype == torch.bfloat16 and interpreting():
+        if buf.dtype == torch.bfloat16 and self.interpreted:
             value = f"_to_bf16_rtne({value})"
         elif buf.dtype != compute_dtype(buf.dtype) or buf.dtype != e.dtype:
             value = f"{value}.to({triton_dtype(buf.dtype)})"
@@ -593,6 +597,6 @@ def _walk_loads(value):
     return [v for v in walk(value) if isinstance(v, Load)]
 
 
-def generate_triton_kernel(plan: KernelPlan, buffers: dict, name: str,
-                           persistent_limit: int = 8192, sizes: SizeVars | None = None) -> KernelSource:
-    return TritonKernelWriter(plan, buffers, name, persistent_limit, sizes or SizeVars()).generate()
+def generate_triton_kernel(plan: KernelPlan, buffers: dict, name: str, target: Target,
+                           config: CompileConfig, sizes: SizeVars | None = None) -> KernelSource:
+    return TritonKernelWriter(plan, buffers, name, target, config, sizes or SizeVars()).generate()

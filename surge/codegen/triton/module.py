@@ -13,10 +13,13 @@ from __future__ import annotations
 import hashlib
 import re
 
+from ...options import CompileConfig
 from ...schedule.groups import KernelGroup
+from ...target import Target
 from ...observe.phases import phase_timer
 from ...schedule.scheduler import Schedule
 from ..common import prepare_kernel
+from ..launches import tables_source
 from ..wrapper import generate_wrapper
 from .functions import FUNCTIONS
 from .kernel import generate_triton_kernel
@@ -63,33 +66,25 @@ def _string_literal(text: str) -> str:
 
 
 @phase_timer.phase("codegen")
-def generate_module(schedule: Schedule, persistent_limit: int = 8192, compile_workers: int | None = None) -> tuple:
-    """(module source, {call-site kernel name: KernelSource}). ``compile_workers``: the most
-    kernel compile processes to start (``Options.compile_workers``)."""
-    from ...runtime import compile_pool
-    from ...runtime.triton_mode import interpreting
-
+def generate_module(schedule: Schedule, target: Target, config: CompileConfig) -> tuple:
+    """(module source, {call-site kernel name: KernelSource})."""
     buffers = schedule.graph.by_name
     kernels, files, meta = {}, {}, {}
     for step in schedule.steps:
         if not isinstance(step, KernelGroup):
             continue
         plan = prepare_kernel(step)
-        ks = generate_triton_kernel(plan, buffers, kernel_function_name(step.name), persistent_limit,
+        ks = generate_triton_kernel(plan, buffers, kernel_function_name(step.name), target, config,
                                     schedule.graph.sizes)
         name = "triton_" + step.name
         kernels[name] = ks
-        text = kernel_file_text(ks.source, ks.helpers)
-        key = file_key(text)
+        key, text = kernel_file(ks)
         files.setdefault(key, text)
         meta[name] = dict(file=key, function=ks.name, xnumel=ks.xnumel, rnumel=ks.rnumel,
                           reduction=ks.is_reduction, persistent=ks.persistent, index_bits=ks.index_bits,
                           costly_ops=ks.costly_ops, column=ks.column, signature={p: t for p, _, t in ks.params})
         if ks.size_args:   # sizes are arguments: numbers, grid and config come with each call
             meta[name].update(symbolic=True, size_hints=ks.size_hints)
-    if schedule.graph.device.type == "cuda" and not interpreting():
-        # kernels compile when the module is loaded: start the workers while it is written
-        compile_pool.start_workers(len(files), compile_workers)
     parts = [HEADER, "KERNEL_FILES = {}\n"]
     parts.extend(f"KERNEL_FILES[{key!r}] = {_string_literal(text)}\n" for key, text in files.items())
     parts.append(KERNELS_LINE + repr(meta) + "\n")
@@ -99,7 +94,14 @@ def generate_module(schedule: Schedule, persistent_limit: int = 8192, compile_wo
     launch_args = {name: ([buf for _, buf, _ in ks.params if buf is not None], ks.size_args)
                    for name, ks in kernels.items()}
     parts.append(generate_wrapper(schedule, launch_args))
+    parts.append(tables_source(schedule, lambda group: "triton_" + group.name))
     return "\n".join(parts), kernels
+
+
+def kernel_file(kernel) -> tuple:
+    """(key, text) of the file a generated kernel (``KernelSource``) is stored in."""
+    text = kernel_file_text(kernel.source, kernel.helpers)
+    return file_key(text), text
 
 
 def split_module(source: str) -> tuple:

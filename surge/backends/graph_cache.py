@@ -41,8 +41,9 @@ import torch
 
 from .. import cache_store, fallbacks, logs
 from ..counters import counters
+from ..runtime.code_cache import triton_version
 
-FORMAT = 1
+FORMAT = 2   # 2: one artifact format for every target (Executable.artifact)
 # surge's folders whose sources shape a compiled graph.
 _SOURCE_DIRS = ("aot", "passes", "lowering", "schedule", "codegen", "runtime", "backends")
 
@@ -55,18 +56,6 @@ class Uncacheable(Exception):
 def versions_fingerprint() -> str:
     """surge's compiler sources, torch's and triton's versions (triton is not imported)."""
     return cache_store.sources_fingerprint(_SOURCE_DIRS, f"{torch.__version__} {triton_version()} {sys.version}")
-
-
-@functools.lru_cache(maxsize=1)
-def triton_version() -> str:
-    """From the installed package's metadata: the same answer whether or not triton is imported."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("triton")
-    except PackageNotFoundError:
-        triton = sys.modules.get("triton")  # importable without package metadata (a source tree)
-        return getattr(triton, "__version__", "none") if triton is not None else "none"
 
 
 # ---------------------------------------------------------------- the key
@@ -250,19 +239,18 @@ def _runtime_program(program):
 
 @dataclasses.dataclass(frozen=True)
 class CacheSpec:
-    """How one backend uses the cache: where, its knobs, and how it loads its artifacts.
+    """How one backend uses the cache: where, the key of its compile, and how it loads artifacts.
 
-    The backend's compiled graphs describe themselves with ``artifact()`` (picklable);
+    ``config_key`` is ``CompileConfig.cache_key(target)``: every option that changes the
+    compiled code and the target's decisions and knobs (GPU, or compiler and CPU).
+    Compiled graphs describe themselves with ``artifact()`` (picklable);
     ``load_artifact(artifact)`` turns one back into the compiled callable."""
     cache_dir: str
-    knobs: tuple
+    config_key: str
     load_artifact: Callable[[Any], Callable]
 
-    def key(self, gm, inputs: list, variant: tuple, options) -> str | None:
-        return graph_key(gm, inputs, variant, self.knobs + (("fallback_random", options.fallback_random),
-                                                                ("split_reduction_min_elements",
-                                                                 options.split_reduction_min_elements),
-                                                                ("pad_matmuls", options.pad_matmuls)))
+    def key(self, gm, inputs: list, variant: tuple, options=None) -> str | None:
+        return graph_key(gm, inputs, variant, (self.config_key,))
 
     def load(self, key: str):
         """(program, forward, backward or None) of a stored variant, or None."""
