@@ -27,8 +27,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import surge  # noqa: E402
-import surge.backends.cpp as cpp_backend  # noqa: E402
-import surge.codegen.cpp.module as cpp_module  # noqa: E402
+from surge.backends.executable import Executable  # noqa: E402
+import surge.schedule.column_fusion as column_fusion  # noqa: E402
 from surge.tools import workloads  # noqa: E402
 from surge.tools.bench import compare  # noqa: E402
 
@@ -116,22 +116,22 @@ def surge_contender(inst, column_sums: bool, graphs: list, cache_dir: str):
     """A surge-compiled copy of the target, compiled (on its first call, here) in a cache of its own."""
     target = inst.fresh_target()
     compiled = surge.compile(target, options={"cache_dir": cache_dir})
-    fuse = cpp_module.fuse_column_reductions
+    fuse = column_fusion.fuse_column_reductions
     if not column_sums:
-        cpp_module.fuse_column_reductions = lambda schedule: schedule
-    boxed = cpp_backend.CompiledCppGraph.call_boxed
+        column_fusion.fuse_column_reductions = lambda schedule: schedule
+    boxed = Executable.call_boxed
 
     def recording(graph, args):
         if all(graph is not g for g in graphs):
             graphs.append(graph)
         return boxed(graph, args)
 
-    cpp_backend.CompiledCppGraph.call_boxed = recording
+    Executable.call_boxed = recording
     try:
         inst.run(compiled, compiled, inst.make_inputs(0))
     finally:
-        cpp_module.fuse_column_reductions = fuse
-        cpp_backend.CompiledCppGraph.call_boxed = boxed
+        column_fusion.fuse_column_reductions = fuse
+        Executable.call_boxed = boxed
     return compiled
 
 

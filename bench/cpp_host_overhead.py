@@ -24,7 +24,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import surge  # noqa: E402
-import surge.backends.cpp as cpp_backend  # noqa: E402
+from surge.backends import pipeline  # noqa: E402
+from surge.backends.executable import Executable  # noqa: E402
 from surge.tools import workloads  # noqa: E402
 
 DEFAULT = "gpt_bundled,llama_bundled,hf_llama_infer,hf_llama_train"
@@ -35,15 +36,16 @@ class GraphRecorder:
 
     def __init__(self):
         self.graphs = []   # [compiled graph, arguments of its last call, its own call]
-        # graphs are made by a compile or loaded from the compiled-graph cache
-        for maker in ("compile_aten_graphs_cpp", "load_artifact"):
-            setattr(cpp_backend, maker, self.recording(getattr(cpp_backend, maker)))
+        # graphs are made by the driver's pipeline, or loaded from the compiled-graph cache
+        for maker in ("compile_graphs", "load_artifact"):
+            setattr(pipeline, maker, self.recording(getattr(pipeline, maker)))
 
     def recording(self, maker):
         def recorded(*a, **k):
             out = maker(*a, **k)
             for graph in (out if isinstance(out, list) else [out]):
-                self.wrap(graph)
+                if isinstance(graph, Executable) and graph.target == "cpp":
+                    self.wrap(graph)
             return out
 
         return recorded

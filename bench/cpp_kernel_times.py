@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import surge  # noqa: E402
-import surge.backends.cpp as cpp_backend  # noqa: E402
+from surge.backends.executable import Executable  # noqa: E402
 from surge.options import Options, default_cache_dir  # noqa: E402
 from surge.runtime.cpp_build import find_toolchain  # noqa: E402
 from surge.tools import workloads  # noqa: E402
@@ -34,19 +34,19 @@ KERNEL_CALL = re.compile(r"^(    )((?:g\d+_)?cpp_\w+\(.*\));$", re.M)
 def recorded_graphs(name: str, scale: str) -> list:
     """(compiled graph, arguments) of each cpp graph one step of the workload calls."""
     calls = []
-    call = cpp_backend.CompiledCppGraph.call_boxed
+    call = Executable.call_boxed
 
     def recording(graph, args):
         calls.append((graph, list(args) + graph.constants))
         return call(graph, args)
 
-    cpp_backend.CompiledCppGraph.call_boxed = recording   # the aot runtime calls graphs boxed
+    Executable.call_boxed = recording   # the aot runtime calls graphs boxed
     try:
         inst = workloads.build(name, "cpu", scale)
         compiled = surge.compile(inst.fresh_target())
         inst.run(compiled, compiled, inst.make_inputs(0))
     finally:
-        cpp_backend.CompiledCppGraph.call_boxed = call
+        Executable.call_boxed = call
     return list({id(g): (g, args) for g, args in calls}.values())
 
 

@@ -60,7 +60,7 @@ def _matches(record: bytes, data: bytes) -> bool:
 
 
 def sources_fingerprint(folders: tuple, versions: str) -> str:
-    """A hash of surge's sources in ``folders`` (of the package) and of ``options.py``,
+    """A hash of surge's sources in ``folders`` (of the package), ``options.py`` and ``target.py``,
     with the ``versions`` of what else shapes an entry (torch, triton, Python): a
     changed surge or dependency never reads another's entries. Callers cache it."""
     root = pathlib.Path(__file__).resolve().parent
@@ -69,7 +69,8 @@ def sources_fingerprint(folders: tuple, versions: str) -> str:
         for path in sorted((root / folder).rglob("*.py")):
             hasher.update(str(path.relative_to(root)).encode())
             hasher.update(path.read_bytes())
-    hasher.update((root / "options.py").read_bytes())
+    for ground in ("options.py", "target.py"):   # what the compile's config and target mean
+        hasher.update((root / ground).read_bytes())
     hasher.update(versions.encode())
     return hasher.hexdigest()
 

@@ -145,8 +145,9 @@ def _generated_module(gm, example_inputs, target: Target, config: CompileConfig,
         hit = False
     if logs.enabled("output_code"):
         logs.log("output_code", f"{path}\n{source}")
-    for name, text in writers.debug_files(source).items():
-        write_current(config, name, text)
+    if config.debug_dir:
+        for name, text in writers.debug_files(source).items():
+            write_current(config, name, text)
     return GeneratedModule(source, path, constants, schedule, hit)
 
 

@@ -4,7 +4,7 @@ import torch
 import torch.nn as nn
 
 import surge
-from surge.backends.triton import CompiledGraph
+from surge.backends.executable import Executable
 from surge.schedule.groups import KernelGroup
 
 from .helpers import aten_graph, assert_matches_eager, compile_fn, randn, schedule_of
@@ -21,7 +21,7 @@ def test_copy_back_runs_after_every_read_of_the_old_value():
     x, state = randn(4), torch.zeros((), device=randn(1).device)
     gm = aten_graph(counts_steps, x, state.clone())
     compiled = compile_fn(counts_steps, x, state.clone())
-    assert isinstance(compiled, CompiledGraph)
+    assert isinstance(compiled, Executable)
     for step in range(1, 3):
         x = randn(4)
         out = compiled(x, state)
@@ -108,5 +108,5 @@ def test_integer_fmod_takes_the_sign_of_the_dividend():
     a = torch.tensor([[-7, 7, -6, 5], [0, -1, 9, -9]], device=randn(1).device)
     b = torch.tensor([[3, -3, 4, -2], [5, 2, -4, 4]], device=a.device)
     compiled = compile_fn(int_fmod, a, b)
-    assert isinstance(compiled, CompiledGraph)
+    assert isinstance(compiled, Executable)
     assert_matches_eager(int_fmod, compiled, a, b)
