@@ -143,9 +143,9 @@ def graph_mixes(aten_gm, example_inputs, config: dict | None = None) -> list:
 
     if interpreting():
         raise RuntimeError("counting SASS needs Triton's compiled mode (TRITON_INTERPRET=0)")
-    target, config = triton_target("cuda", interpreted=False), CompileConfig()   # the H200's kernels
-    graph, _ = lower_graph(aten_gm, list(example_inputs), target=target, config=config)
-    _, kernels = generate_module(schedule_graph(graph), target, config)
+    target, compile_config = triton_target("cuda", interpreted=False), CompileConfig()   # the H200's kernels
+    graph, _ = lower_graph(aten_gm, list(example_inputs), target=target, config=compile_config)
+    _, kernels = generate_module(schedule_graph(graph), target, compile_config)
     out = []
     with tempfile.TemporaryDirectory() as folder:
         for ks in kernels.values():
