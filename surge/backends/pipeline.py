@@ -178,7 +178,7 @@ def _failed(error: Exception, gm, target: Target, config: CompileConfig, what: s
     graph's ATen ops as they are."""
     if config.raise_internal_errors:
         raise fallbacks.with_context(error, f"the {target.name} backend's {what}")
-    fallbacks.announce(f"the {target.name} backend could not compile it: {type(error).__name__}: {error}",
+    fallbacks.announce(f"backend {target.name!r} could not compile it: {type(error).__name__}: {error}",
                        graph=True, options=config)
     return gm.forward
 
