@@ -109,6 +109,9 @@ class HostWriter:
         out.extend(self.aten.module_bindings())
         out.append(f"\nCPP_SOURCE = {self.module.source!r}\n")
         out.append(f"KERNELS = {list(self.module.kernels)!r}\n")
+        segment_of = {step.index: seg.name for seg in self.module.segments for step in seg.steps}
+        out.append(tables_source(self.schedule, lambda group: self.module.kernel_of_step[group.index],
+                                 lambda group: segment_of[group.index]))
         out.append("\ndef make_call(lib):")
         out.extend("    " + line for line in guard_imports(self.schedule.graph))
         for seg in self.module.segments:
@@ -118,9 +121,6 @@ class HostWriter:
         out.append("    def call(args):")
         out.extend("        " + line for line in body)
         out.append("    return call")
-        segment_of = {step.index: seg.name for seg in self.module.segments for step in seg.steps}
-        out.append(tables_source(self.schedule, lambda group: self.module.kernel_of_step[group.index],
-                                 lambda group: segment_of[group.index]))
         return "\n".join(out) + "\n"
 
 
