@@ -7,8 +7,10 @@ from surge.lowering.lower import Lowering, graph_device
 from surge.lowering.op_groups import FUSED_FORM_OPS
 from surge.lowering.pipeline import LOOP_IR
 from surge.lowering.values import op_count
+from surge.options import CompileConfig
 from surge.schedule import schedule_graph
 from surge.schedule.scheduler import SCHEDULE
+from surge.target import default_target
 
 from .helpers import aten_graph, randn
 
@@ -19,7 +21,9 @@ def exact_gelu_by_hand(x):
 
 def plain_lowering(fn, *inputs):
     """The loop graph as lowering makes it, before the loop IR's pipeline."""
-    return Lowering(aten_graph(fn, *inputs), list(inputs), graph_device(inputs)).run()
+    device = graph_device(inputs)
+    return Lowering(aten_graph(fn, *inputs), list(inputs), device, default_target(device.type),
+                    CompileConfig()).run()
 
 
 def test_the_pipelines_name_their_steps():

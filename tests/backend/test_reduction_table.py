@@ -6,9 +6,9 @@ import torch
 
 from surge.backends.cpp import compile_aten_graph_cpp
 from surge.lowering.reductions import REDUCTIONS, identity_value
-from surge.options import Options
+from surge.options import CompileConfig, Options
 
-from .helpers import aten_graph, compile_fn
+from .helpers import aten_graph, compile_fn, triton_target_here
 
 COMBINE = {
     "add": lambda a, b: a + b, "mul": lambda a, b: a * b,
@@ -98,5 +98,7 @@ def test_a_new_kind_with_known_rules_is_one_table_row(monkeypatch):
         dataclasses.replace(b, reduction_type="row_peak") if getattr(b, "reduction_type", None) == "max" else b
         for b in graph.buffers])
     assert any(getattr(b, "reduction_type", None) == "row_peak" for b in renamed.buffers)
-    for generate in (lambda s: generate_module(s)[0], lambda s: generate_cpp_module(s, "").source):
+    triton = triton_target_here()
+    for generate in (lambda s: generate_module(s, triton, CompileConfig())[0],
+                     lambda s: generate_cpp_module(s, "").source):
         assert generate(schedule_graph(renamed)) == generate(schedule_graph(graph))
