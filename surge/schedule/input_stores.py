@@ -71,7 +71,7 @@ def stores_into_inputs(graph: LoopGraph, steps: list) -> tuple[list, dict]:
         if tuple(value.layout.shape) != tuple(target.layout.shape) or \
                 tuple(value.layout.stride) != tuple(target.layout.stride):
             continue
-        if _in_place_donor(group, src, {dst}, by_name) != dst:
+        if _in_place_donor(group, src, {dst}, by_name, graph.target.in_place_bf16) != dst:
             continue
         stored[src] = dst
         dropped.add(step.index)
