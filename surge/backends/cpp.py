@@ -24,6 +24,7 @@ from ..target import Target, cpp_target
 from . import pipeline
 from .executable import Executable
 from .graph_cache import CacheSpec
+from .specialize import SpecializedPerSizes, has_symbolic_inputs
 
 
 class CompilerUnavailable(SurgeError):
@@ -103,6 +104,8 @@ _WARNED: set = set()
 
 def cpp_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Options | None = None):
     """torch.compile backend protocol: ``cpp_backend(gm, example_inputs) -> callable``."""
+    if has_symbolic_inputs(gm, example_inputs):   # sizes as inputs: compiled per concrete sizes
+        return SpecializedPerSizes(gm, functools.partial(cpp_backend, options=options))
     from ..aot import aot_compile
     from ..aot.backend import aot_eager_backend
 

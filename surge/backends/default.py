@@ -22,12 +22,9 @@ def graph_device_type(example_inputs) -> str:
 def default_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Options | None = None):
     """torch.compile backend protocol: ``default_backend(gm, example_inputs) -> callable``."""
     from . import lookup_backend
-    from .specialize import SpecializedPerSizes, has_symbolic_inputs
 
     name = "triton" if graph_device_type(example_inputs) == "cuda" else "cpp"
-    if has_symbolic_inputs(gm, example_inputs):  # from Dynamo: compiled per concrete sizes
-        return SpecializedPerSizes(gm, lookup_backend(name, options))
-    return lookup_backend(name, options)(gm, example_inputs)
+    return lookup_backend(name, options)(gm, example_inputs)   # each specializes symbolic graphs
 
 
 def _before_capture(args: tuple) -> None:

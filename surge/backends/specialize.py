@@ -19,8 +19,12 @@ from .. import logs
 
 
 def has_symbolic_inputs(gm: torch.fx.GraphModule, example_inputs) -> bool:
+    """Whether a graph takes sizes or numbers as inputs. A number that is a graph input is
+    symbolic by construction (a static one would be a constant of the graph), whether its
+    example is a SymInt (Dynamo) or the plain value (a capture made for a backend wrapper
+    that takes symbolic graphs and hands them on to a kernel backend)."""
     for value in example_inputs:
-        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)):
             return True
         if isinstance(value, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in value.shape):
             return True

@@ -20,6 +20,7 @@ from ..target import Target, triton_target
 from . import pipeline
 from .executable import Executable
 from .graph_cache import CacheSpec
+from .specialize import SpecializedPerSizes, has_symbolic_inputs
 
 
 def _generate(schedule, target: Target, config: CompileConfig, prefix: str) -> str:
@@ -104,6 +105,8 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
 
 def triton_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Options | None = None):
     """torch.compile backend protocol: ``triton_backend(gm, example_inputs) -> callable``."""
+    if has_symbolic_inputs(gm, example_inputs):   # sizes as inputs: compiled per concrete sizes
+        return SpecializedPerSizes(gm, functools.partial(triton_backend, options=options))
     from ..aot import aot_compile
     from ..lowering.lower import graph_device
 

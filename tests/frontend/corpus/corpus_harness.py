@@ -27,6 +27,11 @@ class RecordingBackend:
     def __init__(self):
         self.graphs: list[torch.fx.GraphModule] = []
         self.example_inputs: list[list] = []
+        backend_name = os.environ.get("SURGE_CORPUS_BACKEND")
+        if backend_name:   # symbolic graphs only where the backend it hands them to takes them
+            from surge.backends import lookup_backend
+            from surge.frontend.dynamic_dims import accepts_symbolic_sizes
+            self.accepts_symbolic_sizes = accepts_symbolic_sizes(lookup_backend(backend_name))
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs):
         self.graphs.append(gm)
