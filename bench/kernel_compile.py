@@ -53,8 +53,7 @@ def generate(workload: str, out_dir: str) -> list:
         target, config = triton_target("cuda", interpreted=False), CompileConfig()
         graph, _ = lower_graph(aten_gm, inputs, target=target, config=config)
         source, _ = generate_module(schedule_graph(graph), target, config)
-        paths.append(os.path.join(out_dir, "graphs", f"g{len(paths)}.py"))
-        code_cache.write_module(paths[-1], source)
+        paths.append(code_cache.write_module(out_dir, "graphs", f"g{len(paths)}", source))
         return aten_gm.forward   # runs on meta tensors: nothing is computed
 
     def backend(gm, inputs):
