@@ -6,11 +6,12 @@
 
 See README.md for the tour and docs/ for each layer.
 """
-from .api import compile, explain, graph_break, mark_dynamic, mark_static, maybe_mark_dynamic, reset
+from .api import (compile, cudagraph_mark_step_begin, explain, graph_break, mark_dynamic, mark_static,
+                  maybe_mark_dynamic, reset)
 from .backends.default import default_backend as backend
 from .counters import counters
 
 __version__ = "0.1.0"
 
-__all__ = ["backend", "compile", "counters", "explain", "graph_break", "mark_dynamic", "mark_static",
+__all__ = ["backend", "compile", "counters", "cudagraph_mark_step_begin", "explain", "graph_break", "mark_dynamic", "mark_static",
            "maybe_mark_dynamic", "reset", "__version__"]

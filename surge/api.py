@@ -9,9 +9,20 @@ import torch
 from .frontend.markers import graph_break
 from .options import Options
 
+
+def cudagraph_mark_step_begin() -> None:
+    """Mark the start of a new iteration (a training step, a decoding step) for functions
+    compiled with ``mode="reduce-overhead"``: every output that a CUDA graph replay handed
+    out before this call is overwritten by the next replay, and reading one from now on
+    raises (``clone()`` an output to keep it; docs/backend.md, "CUDA graphs")."""
+    from .backends.cudagraphs import mark_step_begin
+
+    mark_step_begin()
+
 # Values of `mode` and `dynamic` that are implemented. Anything else is refused
-# with a clear error rather than silently ignored.
-SUPPORTED_MODES = (None, "default")
+# with a clear error rather than silently ignored. What each mode turns on is
+# ``options.MODES``.
+SUPPORTED_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 SUPPORTED_DYNAMIC = (None, False, True)
 
 
@@ -41,7 +52,7 @@ def compile(
 def build_options(*, backend, fullgraph, dynamic, mode, options) -> Options:
     if mode not in SUPPORTED_MODES:
         raise ValueError(
-            f"surge.compile: mode={mode!r} is not implemented yet; supported modes: {SUPPORTED_MODES}"
+            f"surge.compile: mode={mode!r} is not a mode; modes: {SUPPORTED_MODES}"
         )
     if dynamic not in SUPPORTED_DYNAMIC:
         raise ValueError(
@@ -53,7 +64,7 @@ def build_options(*, backend, fullgraph, dynamic, mode, options) -> Options:
     if backend is not None:
         lookup_backend(backend)  # fail now, at the user's call site, on a bad name
     opts = Options.from_env().with_user_options(options)
-    return opts.replace(backend=backend, fullgraph=bool(fullgraph), dynamic=dynamic, mode=mode)
+    return opts.replace(backend=backend, fullgraph=bool(fullgraph), dynamic=dynamic, mode=mode).with_mode()
 
 
 def reset() -> None:

@@ -29,6 +29,7 @@ CHANNELS = (
     "perf",          # compile-time breakdown per phase
     "fallbacks",     # frames that ran eagerly, and why
     "dynamic",       # which sizes and numbers became symbolic, why, and the guards on them
+    "cudagraphs",    # CUDA graphs recorded and replayed, and why a graph is not recorded
 )
 
 _logger = logging.getLogger("surge")
@@ -74,6 +75,14 @@ def log(channel: str, message: str) -> None:
     """Print ``message`` under ``channel`` if that channel is selected."""
     if enabled(channel):
         print(f"[surge:{channel}] {message}", file=sys.stderr)
+
+
+def info_once(key: str, message: str, _seen: set = set()) -> None:
+    """A line at level INFO of the ``surge`` logger, once per process."""
+    if key in _seen:
+        return
+    _seen.add(key)
+    _logger.info(message)
 
 
 def warn_once(key: str, message: str, _seen: set = set()) -> None:

@@ -83,6 +83,12 @@ class Options:
     # Time each Triton kernel's candidate launch configs on its first call and store the
     # winner on disk (a stored winner is used whether or not this is on).
     autotune: bool = False
+    # Record each compiled graph on CUDA tensors into a CUDA graph and replay it
+    # (``mode="reduce-overhead"``; backends/cudagraphs.py).
+    cudagraphs: bool = False
+    # Graphs recorded per compiled graph's memory pool (its forward, backward and the
+    # graphs of several sizes) before further ones run in the default mode.
+    cudagraph_max_records: int = 8
 
     @staticmethod
     def from_env() -> "Options":
@@ -102,10 +108,17 @@ class Options:
             progress=_env_str("SURGE_PROGRESS", None) != "0",
             persistent_reduction_limit=_env_int("SURGE_PERSISTENT_REDUCTION_LIMIT", 8192),
             autotune=_env_bool("SURGE_AUTOTUNE", False),
+            cudagraphs=_env_bool("SURGE_CUDAGRAPHS", False),
+            cudagraph_max_records=_env_int("SURGE_CUDAGRAPH_MAX_RECORDS", 8),
         )
 
     def replace(self, **changes: Any) -> "Options":
         return dataclasses.replace(self, **changes)
+
+    def with_mode(self) -> "Options":
+        """The options ``mode`` turns on (``MODES``), over what was set otherwise."""
+        turned_on = MODES.get(self.mode or "default", {})
+        return dataclasses.replace(self, **turned_on) if turned_on else self
 
     def with_user_options(self, user: Mapping[str, Any] | None) -> "Options":
         """Apply an ``options=`` dict; unknown keys are an error, not ignored."""
@@ -118,6 +131,15 @@ class Options:
                 f"surge.compile: unknown option(s) {unknown}; known options are {sorted(known)}"
             )
         return dataclasses.replace(self, **dict(user))
+
+
+# What each ``mode`` of ``surge.compile`` turns on (as torch.compile's modes do).
+MODES: dict[str, dict] = {
+    "default": {},
+    "reduce-overhead": {"cudagraphs": True},
+    "max-autotune": {"autotune": True, "cudagraphs": True},
+    "max-autotune-no-cudagraphs": {"autotune": True},
+}
 
 
 def log_channels_setting() -> str:
@@ -177,6 +199,8 @@ class CompileConfig:
     cxx: str | None = None                # the toolchain it names is part of the cpp Target's key
     compile_workers: int | None = None    # Triton's compile processes at most
     progress: bool = True                 # a status line for long compiles
+    cudagraphs: bool = False              # record CUDA graphs around Executables (runs the same code)
+    cudagraph_max_records: int = 8
 
     @staticmethod
     def from_options(options: "Options") -> "CompileConfig":
@@ -194,6 +218,8 @@ class CompileConfig:
             cxx=options.cxx,
             compile_workers=options.compile_workers,
             progress=options.progress,
+            cudagraphs=options.cudagraphs,
+            cudagraph_max_records=options.cudagraph_max_records,
         )
 
     def replace(self, **changes: Any) -> "CompileConfig":
@@ -210,7 +236,7 @@ class CompileConfig:
 
 # The fields of ``CompileConfig`` that do not change compiled code (not in ``cache_key``).
 NON_CODE_FIELDS = frozenset({"cache_dir", "debug_dir", "graph_cache", "raise_internal_errors", "warn_fallbacks",
-                             "cxx", "compile_workers", "progress"})
+                             "cxx", "compile_workers", "progress", "cudagraphs", "cudagraph_max_records"})
 
 
 def code_fields() -> tuple:

@@ -29,6 +29,9 @@ class Executable:
     compiled: bool = False        # C++: the compiler ran for this graph
     warmer: Callable | None = None   # compiles what is not compiled yet
     warm: bool = False
+    # A training forward's outputs from this position on are saved for the backward
+    # (not handed to the user); None for other graphs.
+    saved_outputs_from: int | None = None
 
     def __call__(self, *args):
         return self.call_boxed(list(args))
@@ -53,7 +56,8 @@ class Executable:
         """What the compiled-graph cache stores to rebuild this executable
         (``pipeline.load_artifact``): plain data, the same for every target."""
         return {"target": self.target, "source": self.source, "path": self.path,
-                "constants": list(self.constants), "library_source": self.library_source}
+                "constants": list(self.constants), "library_source": self.library_source,
+                "saved_outputs_from": self.saved_outputs_from}
 
     @property
     def inputs(self) -> list:

@@ -107,13 +107,14 @@ def _compile_graphs(graphs: list, target: Target, config: CompileConfig) -> list
         loaded = iter(fallback)
     elapsed = time.perf_counter() - start
     results = []
-    for g in generated:
+    for (gm, _), g in zip(graphs, generated):
         if not isinstance(g, GeneratedModule):
             results.append(g)   # the graph's own forward: it could not be compiled
             continue
         executable = next(loaded)
         if isinstance(executable, Executable):
             executable.schedule, executable.cache_hit = g.schedule, g.cache_hit
+            executable.saved_outputs_from = gm.meta.get(TRACED_LAYOUT_OUTPUTS_FROM)
             executable.compile_seconds = elapsed
             write_current(config, "launches.txt", executable.describe_launches)
         results.append(executable)
@@ -201,4 +202,5 @@ def load_artifact(artifact: dict, target: Target, config: CompileConfig) -> Exec
     module = GeneratedModule(artifact["source"], path, artifact["constants"], cache_hit=True)
     executable, = writers.load([module], target, config, artifact["library_source"] or None)
     executable.cache_hit = True
+    executable.saved_outputs_from = artifact.get("saved_outputs_from")
     return executable

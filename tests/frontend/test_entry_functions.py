@@ -132,10 +132,17 @@ def test_keyword_and_default_binding_shares_an_entry():
     assert len(rec.graphs) == 2
 
 
-@pytest.mark.parametrize("mode", ["max-autotune", "reduce-overhead"])
-def test_unimplemented_mode_is_rejected(mode):
-    with pytest.raises(ValueError, match="not implemented"):
-        surge.compile(block, mode=mode)
+def test_unknown_mode_is_rejected():
+    with pytest.raises(ValueError, match="'fastest' is not a mode"):
+        surge.compile(block, mode="fastest")
+
+
+@pytest.mark.parametrize("mode, cudagraphs, autotune", [
+    ("default", False, False), ("reduce-overhead", True, False), ("max-autotune", True, True),
+    ("max-autotune-no-cudagraphs", False, True)])
+def test_modes_turn_on_their_options(mode, cudagraphs, autotune):
+    options = surge.api.build_options(backend=None, fullgraph=False, dynamic=None, mode=mode, options=None)
+    assert (options.cudagraphs, options.autotune) == (cudagraphs, autotune)
 
 
 def test_dynamic_other_than_none_true_false_is_rejected():
