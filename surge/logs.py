@@ -77,11 +77,14 @@ def log(channel: str, message: str) -> None:
         print(f"[surge:{channel}] {message}", file=sys.stderr)
 
 
-def info_once(key: str, message: str, _seen: set = set()) -> None:
+_INFO_SEEN: set = set()
+
+
+def info_once(key: str, message: str) -> None:
     """A line at level INFO of the ``surge`` logger, once per process."""
-    if key in _seen:
+    if key in _INFO_SEEN:
         return
-    _seen.add(key)
+    _INFO_SEEN.add(key)
     _logger.info(message)
 
 

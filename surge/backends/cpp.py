@@ -111,6 +111,10 @@ def cpp_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Opti
 
     options = options or Options.from_env()
     config = CompileConfig.from_options(options)
+    if config.cudagraphs:
+        from .cudagraphs import note_not_cuda
+
+        note_not_cuda(torch.device("cpu"))
     try:
         target = target_for(config)
     except CompilerUnavailable as why:

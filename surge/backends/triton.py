@@ -17,7 +17,7 @@ from ..counters import counters
 from ..observe.phases import phase_timer
 from ..options import CompileConfig, Options
 from ..target import Target, triton_target
-from . import pipeline
+from . import cudagraphs, pipeline
 from .executable import Executable
 from .graph_cache import CacheSpec
 from .specialize import SpecializedPerSizes, has_symbolic_inputs
@@ -113,19 +113,31 @@ def triton_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: O
     options = options or Options.from_env()
     config = CompileConfig.from_options(options)
 
+    device = graph_device(example_inputs)
+    pool = []   # the compiled function's CUDA graph pool, found when a graph is first wrapped
+
+    def pool_of():
+        if not pool:
+            pool.append(cudagraphs.cuda_pool_for(device, config.cudagraph_max_records))
+        return pool[0]
+
     def compiler(aten_gm, inputs):
         device = graph_device(inputs)   # a CPU scalar among CUDA inputs does not decide
         why = _unsupported(device)
         if why is not None:
             fallbacks.announce(why, graph=True, options=config)
             return aten_gm.forward
-        return pipeline.compile(aten_gm, inputs, target_for(device), config)
+        return cudagraphs.for_mode(pipeline.compile(aten_gm, inputs, target_for(device), config), config,
+                                   device, pool_of)
+
+    def load(artifact):
+        return cudagraphs.for_mode(pipeline.load_artifact(artifact, target=target, config=config), config,
+                                   device, pool_of)
 
     cache = None
-    target = target_for(graph_device(example_inputs))
+    target = target_for(device)
     if config.graph_cache and not config.debug_dir:  # a debug dir wants every layer's artifacts
-        cache = CacheSpec(config.cache_dir, config.cache_key(target),
-                          functools.partial(pipeline.load_artifact, target=target, config=config))
+        cache = CacheSpec(config.cache_dir, config.cache_key(target), load)
     return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler, options=options,
                        cache=cache, device_layouts=True)
 

@@ -1,0 +1,90 @@
+"""Whether an ``Executable`` may be recorded into a CUDA graph, and how its inputs are read.
+
+A recorded graph replays the same launches on the same memory, with no Python in
+between. That is only what the Executable computes when:
+
+- every tensor it reads is on the recorder's device (one device): work on CPU
+  tensors is not recorded, so a replay would skip it;
+- no launch synchronizes with the host or sizes its result by the data (``item``,
+  ``nonzero``, ``masked_select``, ``unique``...): a capture cannot wait for the device,
+  and a replay cannot change a result's size;
+- every input it updates in place is read in place: an input copied into a static
+  buffer before each replay would see the update in the buffer, not in the user's tensor.
+
+The reasons are plain text: ``cudagraphs.py`` logs them on the ``cudagraphs`` channel
+and runs such graphs in the default mode.
+"""
+from __future__ import annotations
+
+import torch
+
+# ATen ops (overload packets) that wait for the device or size their result by its data.
+HOST_SYNC_OPS = frozenset({
+    "aten._local_scalar_dense", "aten.item", "aten.nonzero", "aten.argwhere", "aten.masked_select",
+    "aten.unique", "aten._unique", "aten._unique2", "aten.unique_consecutive", "aten.unique_dim",
+    "aten.is_nonzero", "aten.equal", "aten.allclose", "aten.bincount", "aten.histc",
+    "aten.repeat_interleave", "aten.nonzero_numpy", "aten.tolist", "aten._assert_scalar",
+    "aten.index_put_with_sort", "aten._ctc_loss", "aten.segment_reduce",
+})
+
+
+def packet(op_name: str) -> str:
+    """``aten.nonzero.default`` -> ``aten.nonzero``."""
+    parts = op_name.split(".")
+    return ".".join(parts[:2]) if len(parts) >= 2 else op_name
+
+
+def host_sync_launches(launches: list) -> list[str]:
+    return [e["op"] for e in launches if e["kind"] == "extern" and packet(e["op"]) in HOST_SYNC_OPS]
+
+
+def mutated_inputs(executable) -> set[int]:
+    """Positions of the inputs that a call writes: a kernel that stores into one, or an
+    ATen call that updates its first argument in place (``copy_``, ``add_``, ``index_put_``)."""
+    names = {entry["name"]: k for k, entry in enumerate(executable.inputs)}
+    written = set()
+    for entry in executable.launches:
+        if entry["kind"] == "kernel":
+            written.update(names[w] for w in entry["writes"] if w in names)
+        elif entry["reads"] and _updates_in_place(entry["op"]):
+            # a foreach update writes a whole list: every input it reads may be written
+            targets = entry["reads"] if packet(entry["op"]).startswith("aten._foreach") else entry["reads"][:1]
+            written.update(names[r] for r in targets if r in names)
+    return written
+
+
+def _updates_in_place(op_name: str) -> bool:
+    parts = op_name.split(".")
+    name = parts[1] if len(parts) > 1 else op_name
+    overload = parts[2] if len(parts) > 2 else ""
+    return (name.endswith("_") and not name.endswith("__")) or overload == "out" or overload.endswith("_out")
+
+
+def device_problem(tensors: list, device_type: str) -> str | None:
+    """Why ``tensors`` (inputs, constants or outputs) cannot be in one recording, or None."""
+    devices = {t.device for t in tensors if isinstance(t, torch.Tensor)}
+    if not devices:
+        return None
+    others = sorted(str(d) for d in devices if d.type != device_type)
+    if others:
+        return f"it reads or returns tensors on {', '.join(others)} (recorded work runs on {device_type} only)"
+    if len(devices) > 1:
+        return f"its tensors are on several devices ({', '.join(sorted(map(str, devices)))})"
+    return None
+
+
+def why_not_recorded(executable, inputs: list, copied: set[int], device_type: str) -> str | None:
+    """The reason ``executable`` cannot be recorded for a call on ``inputs`` whose positions
+    ``copied`` would be copied into static buffers, or None when it can."""
+    problem = device_problem(list(inputs) + list(executable.constants), device_type)
+    if problem:
+        return problem
+    syncing = host_sync_launches(executable.launches)
+    if syncing:
+        return f"it calls {', '.join(sorted(set(syncing)))}, which synchronize with the host or size results by data"
+    written = sorted(mutated_inputs(executable) & copied)
+    if written:
+        names = ", ".join(executable.inputs[k]["name"] for k in written)
+        return (f"it updates input(s) {names} in place, which are not static (their memory moves between "
+                "calls, so a replay would update a copy)")
+    return None

@@ -1,0 +1,78 @@
+"""Recorders: what records a function's device work once and replays it (CUDA graphs).
+
+``cudagraphs.py`` decides what is recorded, when, and what happens to inputs and
+outputs; a recorder only does the device part. It has:
+
+- ``device_type``: the tensors it records work on ("cuda");
+- ``new_pool()``: a memory pool that several recordings share;
+- ``record(fn, args, pool, device)``: run ``fn(list(args))`` (which launches the work and
+  returns its outputs) under capture, allocating in ``pool``; returns a ``Recording``
+  whose ``outputs`` are what ``fn`` returned (tensors in the pool) and whose ``replay()``
+  runs the work again on the same memory (``args``' memory, read where it was);
+- ``invalidate(tensor, message)``: make every later read of ``tensor``'s storage raise
+  ``message`` (an output a later replay overwrote).
+
+``CudaRecorder`` is torch's CUDA graph API. It touches ``torch.cuda`` only when
+recording, so CPU machines never import or initialize it; tests drive the same
+decisions with a recorder that replays on the CPU (``tests/backend/cudagraph_fakes.py``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+
+
+@dataclasses.dataclass
+class Recording:
+    outputs: object                 # what the recorded function returned, in the pool
+    replay: Callable[[], None]      # runs the recorded work again on the current stream
+    graph: object = None            # the recorder's own handle (a torch.cuda.CUDAGraph)
+
+
+class CudaRecorder:
+    """Records with ``torch.cuda.CUDAGraph`` on a side stream, in a private pool of the
+    caching allocator (``torch.cuda.graph_pool_handle``)."""
+
+    device_type = "cuda"
+
+    def __init__(self):
+        self._streams: dict = {}
+
+    def new_pool(self):
+        return torch.cuda.graph_pool_handle()
+
+    def record(self, fn: Callable, args: list, pool, device: torch.device) -> Recording:
+        with torch.cuda.device(device):
+            stream = self._streams.get(device)
+            if stream is None:
+                stream = self._streams[device] = torch.cuda.Stream(device)
+            current = torch.cuda.current_stream(device)
+            # the side stream sees what the current stream wrote (static inputs, warmup)
+            stream.wait_stream(current)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.stream(stream):
+                # thread_local: another thread's unrelated CUDA calls do not break the capture
+                graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+                try:
+                    outputs = fn(list(args))
+                except BaseException:
+                    _end_failed_capture(graph)
+                    raise
+                graph.capture_end()
+            current.wait_stream(stream)
+        return Recording(outputs, graph.replay, graph)
+
+    def invalidate(self, tensor: torch.Tensor, message: str) -> None:
+        # CUDA builds of torch only: a storage whose data access raises ``message``
+        torch._C._set_storage_access_error_msg(tensor, message)
+
+
+def _end_failed_capture(graph) -> None:
+    """End a capture that raised: the stream leaves capture mode (the graph is invalid,
+    and ending it raises too, which says nothing new)."""
+    try:
+        graph.capture_end()
+    except Exception:
+        pass

@@ -1,0 +1,385 @@
+"""``mode="reduce-overhead"``: an ``Executable`` recorded once into a CUDA graph and replayed.
+
+``CudaGraphed`` wraps one Executable (one graph of one size: an inference graph, a
+training forward or backward) and is called as the Executable is (``call_boxed``):
+
+- the first call warms up: ``Executable.warmup()`` (kernels compiled and loaded, autotuned
+  on first launch), then a normal call;
+- the next call records: inputs whose memory stays put are read in place, the others are
+  copied into static buffers; the Executable's launches are captured by the recorder
+  (``cudagraph_recorder.py``) in the pool of its compiled function; then it replays;
+- later calls check the in-place inputs' addresses (a parameter that moved or was
+  re-assigned records again), copy the other inputs into their buffers and replay.
+
+Read in place: parameters, tensors marked static (``torch._dynamo.mark_static_address``
+sets ``_dynamo_static_input_type``), inputs at the same address in the warmup and the
+recording call (module buffers, a KV cache passed each step), and outputs of an earlier
+recording of the same pool (a forward's saved tensors, read by its backward).
+
+One ``GraphPool`` per compiled function and device holds every recording of it (forward,
+backward, several sizes), in the order they were made, in one memory pool: a recording
+reuses memory that the earlier ones only needed while they ran. So replaying a recording
+overwrites the outputs of itself and of every recording made after it (never those of
+earlier ones, whose outputs were held while the later ones were made): those outputs are
+invalidated first (``cudagraph_outputs.py``), and a replay whose overwrite would reach
+tensors a pending backward still needs runs without the graph instead. At most
+``cudagraph_max_records`` graphs are recorded per pool; graphs beyond run in the default mode.
+
+What cannot be recorded (``cudagraph_policy.py``) runs in the default mode, with one line
+on the ``cudagraphs`` log channel per graph.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import weakref
+
+import torch
+
+from .. import fallbacks, logs
+from ..counters import counters
+from .cudagraph_outputs import FREED, STALE, held_elsewhere, make_alias, reference_counts
+from .cudagraph_policy import device_problem, why_not_recorded
+
+# How an input of a recording is read.
+STATE = "state"   # in place; a new address records again
+POOL = "pool"     # in place, an output of an earlier recording; a new address runs without the graph
+_sequence = itertools.count()
+
+
+class GraphPool:
+    """The recordings of one compiled function on one device, sharing one memory pool.
+
+    It holds them weakly: a recording lives as long as the wrapper that made it."""
+
+    def __init__(self, recorder, max_records: int, name: str = "a compiled function"):
+        self.recorder = recorder
+        self.max_records = max_records
+        self.name = name
+        self.handle = None              # the recorder's pool, made at the first recording
+        self._recordings: list = []     # weak references, oldest recording first
+        self.records_made = 0
+        _ALL_POOLS.add(self)
+
+    @property
+    def recordings(self) -> list:
+        live = [r for r in (ref() for ref in self._recordings) if r is not None]
+        if len(live) != len(self._recordings):
+            self._recordings = [weakref.ref(r) for r in live]
+        return live
+
+    def static_storages(self) -> set:
+        return {ptr for r in self.recordings for ptr in r.output_storages}
+
+    def add(self, recording: "RecordedGraph") -> None:
+        self.records_made += 1
+        self._recordings.append(weakref.ref(recording))
+        counters["cudagraphs_recorded"] += 1
+
+    def drop(self, recording: "RecordedGraph") -> None:
+        recording.invalidate(FREED)
+        self._recordings = [ref for ref in self._recordings if ref() is not recording]
+
+    def overwritten_by(self, recording: "RecordedGraph") -> list:
+        """The recordings whose outputs a replay of ``recording`` overwrites."""
+        return [r for r in self.recordings if r.sequence >= recording.sequence]
+
+    def invalidate_all(self) -> None:
+        for r in self.recordings:
+            r.invalidate(STALE)
+
+
+_ALL_POOLS: "weakref.WeakSet[GraphPool]" = weakref.WeakSet()
+
+
+def mark_step_begin() -> None:
+    """A new iteration: every output handed out by a replay so far is stale now."""
+    for pool in list(_ALL_POOLS):
+        pool.invalidate_all()
+
+
+@dataclasses.dataclass(eq=False)
+class RecordedGraph:
+    """One recording: its inputs' plan, its outputs' plan, and what it handed out last."""
+    recording: object                 # the recorder's Recording
+    recorder: object
+    name: str
+    in_place: list                    # (position, data_ptr, STATE or POOL)
+    copies: list                      # (position, static buffer)
+    plan: list                        # per output: ("alias", t) ("saved", t) ("input", k, size, stride, offset) ("value", v)
+    saved: list                       # the saved-for-backward outputs (the graph's own tensors)
+    saved_baseline: list = dataclasses.field(default_factory=list)
+    handed: list = dataclasses.field(default_factory=list)   # aliases of the last replay
+    output_storages: frozenset = frozenset()
+    sequence: int = dataclasses.field(default_factory=lambda: next(_sequence))
+
+    def invalidate(self, message: str) -> None:
+        if self.handed:
+            text = message.format(name=self.name)
+            for alias in self.handed:
+                self.recorder.invalidate(alias, text)
+            self.handed = []
+
+    def backward_pending(self) -> bool:
+        return bool(self.saved) and held_elsewhere(self.saved, self.saved_baseline)
+
+    def hand_out(self, inputs: list, container: type):
+        storages: dict = {}
+        out = []
+        for step in self.plan:
+            kind = step[0]
+            if kind == "alias":
+                alias = make_alias(step[1], storages)
+                self.handed.append(alias)
+                out.append(alias)
+            elif kind == "input":
+                out.append(inputs[step[1]].as_strided(step[2], step[3], step[4]))
+            else:
+                out.append(step[1])
+        return container(out)
+
+    def __del__(self):
+        try:
+            self.invalidate(FREED)
+        except Exception:   # never raise while collected
+            pass
+
+
+class CudaGraphed:
+    """An Executable run as a CUDA graph: warmup, record, replay (the module docstring)."""
+
+    def __init__(self, executable, pool: GraphPool):
+        self.executable = executable
+        self.pool = pool
+        self.calls = 0
+        self.first_pointers: list = []
+        self.recorded: RecordedGraph | None = None
+        self.not_recorded: str | None = None    # why it runs in the default mode
+        self._announced: set = set()
+        self.site = fallbacks.current_site()
+
+    def __getattr__(self, name):   # the Executable's description (launches, artifact, ...)
+        if name == "executable":   # not set yet (while unpickling)
+            raise AttributeError(name)
+        return getattr(self.executable, name)
+
+    def __call__(self, *args):
+        return self.call_boxed(list(args))
+
+    def call_boxed(self, args: list):
+        if self.not_recorded is not None:
+            return self.executable.call_boxed(args)
+        recorded = self.recorded
+        if recorded is None:
+            if self.calls == 0:
+                self.calls = 1
+                self.executable.warmup()
+                self.first_pointers = [_pointer(a) for a in args]
+                return self.executable.call_boxed(args)
+            return self._record(args, moved=False)
+        for position, pointer, kind in recorded.in_place:
+            if args[position].data_ptr() != pointer:
+                if kind == STATE:
+                    self._log(f"{self._describe()}: input {position} moved: recorded again")
+                    self.pool.drop(recorded)
+                    self.recorded = None
+                    return self._record(args, moved=True)
+                return self._unrecorded(args, f"input {position}, an output of an earlier replay, is not "
+                                                  "where it was recorded (that call ran without its graph)")
+        overwritten = self.pool.overwritten_by(recorded)
+        for r in overwritten:
+            if r.backward_pending():
+                return self._unrecorded(args, "a backward still needs the tensors an earlier replay saved: "
+                                              "this call runs without the graph so that it does not overwrite "
+                                              "them (call backward before the next forward, or "
+                                              "surge.cudagraph_mark_step_begin() does not help here)")
+        for r in overwritten:
+            r.invalidate(STALE)
+        return self._replay(recorded, args)
+
+    # -- recording
+
+    def _record(self, args: list, moved: bool):
+        pool = self.pool
+        if pool.records_made >= pool.max_records:
+            return self._give_up(args, f"{pool.records_made} graphs recorded for {pool.name} already "
+                                       f"(cudagraph_max_records={pool.max_records}, e.g. one per input size)")
+        numbers = [k for k, a in enumerate(args) if not isinstance(a, torch.Tensor)]
+        if numbers:
+            return self._give_up(args, f"it takes non-tensor inputs at positions {numbers}")
+        in_place, copied = self._classify(args, moved)
+        reason = why_not_recorded(self.executable, args, {k for k, _ in enumerate(args)} - {p for p, _, _ in in_place},
+                                  pool.recorder.device_type)
+        if reason:
+            return self._give_up(args, reason)
+        copies = [(k, _static_buffer(args[k])) for k in copied]
+        static_args = list(args)
+        for k, buffer in copies:
+            static_args[k] = buffer
+        device = next(a.device for a in args) if args else _constant_device(self.executable)
+        if pool.handle is None:
+            pool.handle = pool.recorder.new_pool()
+        try:
+            recording = pool.recorder.record(self.executable.call_boxed, static_args, pool.handle, device)
+        except Exception as error:
+            return self._give_up(args, f"recording failed: {type(error).__name__}: {error}")
+        outputs = recording.outputs
+        problem = device_problem(list(outputs), pool.recorder.device_type)
+        if problem:
+            return self._give_up(args, problem)
+        recorded = self._plan(recording, args, in_place, copies, outputs)
+        # counted here, where no loop variable of the planning holds an output
+        recorded.saved_baseline = reference_counts(recorded.saved)
+        pool.add(recorded)
+        self.recorded = recorded
+        self._log(f"{self._describe()}: recorded ({len(in_place)} inputs read in place, {len(copies)} copied; "
+                  f"{len(pool.recordings)} recording(s) in the pool)")
+        for r in pool.overwritten_by(recorded):
+            r.invalidate(STALE)
+        return self._replay(recorded, args)
+
+    def _classify(self, args: list, moved: bool) -> tuple:
+        """(in place: [(position, data_ptr, kind)], copied: [position])."""
+        from_pool = self.pool.static_storages()
+        in_place, copied = [], []
+        for k, a in enumerate(args):
+            if a.untyped_storage().data_ptr() in from_pool:
+                in_place.append((k, a.data_ptr(), POOL))
+            elif (isinstance(a, torch.nn.Parameter) or hasattr(a, "_dynamo_static_input_type")
+                  or (not moved and k < len(self.first_pointers) and self.first_pointers[k] == a.data_ptr())):
+                in_place.append((k, a.data_ptr(), STATE))
+            else:
+                copied.append(k)
+        return in_place, copied
+
+    def _plan(self, recording, args, in_place, copies, outputs) -> RecordedGraph:
+        """How each output is handed out after a replay."""
+        input_storages = {args[k].untyped_storage().data_ptr(): k for k, _, _ in in_place}
+        saved_from = self.executable.saved_outputs_from
+        plan, saved, storages = [], [], set()
+        for index, out in enumerate(outputs):
+            if not isinstance(out, torch.Tensor):
+                plan.append(("value", out))
+                continue
+            ptr = out.untyped_storage().data_ptr()
+            if ptr in input_storages:   # an input read in place (a parameter): the user's own tensor
+                plan.append(("input", input_storages[ptr], tuple(out.shape), out.stride(), out.storage_offset()))
+            elif saved_from is not None and index >= saved_from:
+                plan.append(("saved", out))
+                saved.append(out)
+                storages.add(ptr)
+            else:
+                plan.append(("alias", out))
+                storages.add(ptr)
+        return RecordedGraph(recording, self.pool.recorder, self._describe(), in_place, copies, plan, saved,
+                             output_storages=frozenset(storages))
+
+    # -- running
+
+    def _replay(self, recorded: RecordedGraph, args: list):
+        for position, buffer in recorded.copies:
+            buffer.copy_(args[position])
+        inputs = list(args)
+        args.clear()
+        recorded.recording.replay()
+        counters["cudagraphs_replayed"] += 1
+        return recorded.hand_out(inputs, type(recorded.recording.outputs))
+
+    def _unrecorded(self, args: list, why: str):
+        self._log(f"{self._describe()}: {why}", once=why)
+        return self.executable.call_boxed(args)
+
+    def _give_up(self, args: list, why: str):
+        """Run in the default mode from now on."""
+        self.not_recorded = why
+        self.recorded = None
+        counters["cudagraphs_not_recorded"] += 1
+        self._log(f"{self._describe()}: not recorded, runs in the default mode: {why}")
+        return self.executable.call_boxed(args)
+
+    def _describe(self) -> str:
+        where = f" of {self.site.name} ({self.site.location})" if self.site is not None else ""
+        return f"graph {getattr(self.executable, 'path', '?').rsplit('/', 1)[-1]}{where}"
+
+    def _log(self, message: str, once: str | None = None) -> None:
+        if once is not None:
+            if once in self._announced:
+                return
+            self._announced.add(once)
+        logs.log("cudagraphs", message)
+
+
+def _pointer(value) -> int | None:
+    return value.data_ptr() if isinstance(value, torch.Tensor) else None
+
+
+def _static_buffer(t: torch.Tensor) -> torch.Tensor:
+    """A tensor of ``t``'s layout (shape, strides and storage offset) in memory of its own."""
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()) if size > 0)
+    if t.numel() == 0:
+        extent = 0
+    base = torch.empty(t.storage_offset() + extent, dtype=t.dtype, device=t.device)
+    return base.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def _constant_device(executable) -> torch.device:
+    for c in executable.constants:
+        if isinstance(c, torch.Tensor):
+            return c.device
+    return torch.device("cuda")
+
+
+# -- what the kernel backends call
+
+CUDAGRAPH_MODES = "mode='reduce-overhead' or 'max-autotune'"
+
+
+def for_mode(compiled, config, device: torch.device, pool_of):
+    """``compiled`` (an Executable, or a graph's own forward that could not be compiled)
+    as the mode in ``config`` runs it: wrapped for CUDA graphs when they are on and the
+    graph's tensors are on a CUDA device. ``pool_of()`` gives the compiled function's pool."""
+    from .executable import Executable
+
+    if not config.cudagraphs or not isinstance(compiled, Executable):
+        return compiled
+    if device.type != "cuda":
+        note_not_cuda(device)
+        return compiled
+    return CudaGraphed(compiled, pool_of())
+
+
+def note_not_cuda(device: torch.device) -> None:
+    """The mode is accepted on other devices and runs the default mode: one info line."""
+    message = (f"surge: {CUDAGRAPH_MODES} records CUDA graphs; graphs on {device.type} tensors run in the "
+               "default mode")
+    logs.info_once(f"cudagraphs:{device.type}", message)
+    logs.log("cudagraphs", message)
+
+
+def cuda_pool_for(device: torch.device, max_records: int) -> GraphPool:
+    from .cudagraph_recorder import CudaRecorder
+
+    return pool_for(f"cuda:{device}", CudaRecorder, max_records)
+
+
+# -- pools per compiled function
+
+_POOLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # user code object -> {key: GraphPool}
+
+
+def pool_for(recorder_key: str, recorder_factory, max_records: int) -> GraphPool:
+    """The pool of the compiled function being compiled now (its user code), shared by
+    every graph compiled for it; a pool of its own for a graph compiled outside user code."""
+    site = fallbacks.current_site()
+    if site is None:
+        return GraphPool(recorder_factory(), max_records)
+    pools = _POOLS.setdefault(site.code, {})
+    pool = pools.get(recorder_key)
+    if pool is None:
+        pool = pools[recorder_key] = GraphPool(recorder_factory(), max_records, f"{site.name} ({site.location})")
+    return pool
+
+
+def reset_pools() -> None:
+    """Forget every pool (``surge.reset``): compiled functions compiled after it record anew."""
+    _POOLS.clear()

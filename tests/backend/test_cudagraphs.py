@@ -1,0 +1,232 @@
+"""mode="reduce-overhead": what the CUDA graph wrapper records, reads in place, copies,
+hands out and refuses, driven through a recorder that replays on the CPU."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import surge
+from surge import logs
+from surge.backends import cudagraphs
+from surge.backends.cudagraph_policy import mutated_inputs
+
+from .cudagraph_fakes import FakeRecorder, executable_of, fake_backend, new_pool, stale_message
+
+
+def _compiled(fn, max_records: int = 8):
+    pool, made = new_pool(max_records), []
+    return surge.compile(fn, backend=fake_backend(pool, made)), pool, made
+
+
+def _block():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 4))
+
+
+def test_warms_up_then_records_then_replays_reading_parameters_in_place():
+    model = _block()
+    compiled, pool, made = _compiled(model)
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(3, 8)
+            torch.testing.assert_close(compiled(x), model(x))
+    wrapper, = made
+    recorded = wrapper.recorded
+    params = {p.data_ptr() for p in model.parameters()}
+    assert {ptr for _, ptr, _ in recorded.in_place} == params          # read where they are
+    assert [k for k, _ in recorded.copies] == [0]                      # the input is copied in
+    assert surge.counters["cudagraphs_recorded"] == 1 and surge.counters["cudagraphs_replayed"] == 3
+    assert pool.recorder.replays == 3 and len(pool.recorder.pools) == 1
+
+
+def test_parameter_updated_in_place_is_followed_and_a_reassigned_one_records_again(capfd, monkeypatch):
+    monkeypatch.setenv("SURGE_LOGS", "cudagraphs")
+    model = _block()
+    compiled, pool, made = _compiled(model)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        compiled(x), compiled(x)
+        model[0].weight.add_(1.0)                       # an optimizer step: same memory
+        torch.testing.assert_close(compiled(x), model(x))
+        assert surge.counters["cudagraphs_recorded"] == 1
+        model[0].weight = torch.nn.Parameter(torch.randn(8, 8))   # new memory
+        torch.testing.assert_close(compiled(x), model(x))
+        torch.testing.assert_close(compiled(x), model(x))
+    assert surge.counters["cudagraphs_recorded"] == 2
+    assert "moved: recorded again" in capfd.readouterr().err
+
+
+def test_an_output_overwritten_by_a_later_replay_is_invalidated_and_a_clone_is_kept():
+    model = _block()
+    compiled, _, _ = _compiled(model)
+    with torch.no_grad():
+        compiled(torch.randn(3, 8)), compiled(torch.randn(3, 8))     # warmup, record
+        x1 = torch.randn(3, 8)
+        first = compiled(x1)
+        kept = first.clone()
+        assert stale_message(first) is None
+        second = compiled(torch.randn(3, 8))
+    message = stale_message(first)
+    assert message and "overwritten" in message and "clone" in message
+    assert stale_message(second) is None
+    with torch.no_grad():
+        torch.testing.assert_close(kept, model(x1))
+    surge.cudagraph_mark_step_begin()                 # a new iteration: everything handed out is stale
+    assert stale_message(second) and "overwritten" in stale_message(second)
+
+
+def test_training_records_forward_and_backward_in_one_pool_and_grads_stay_out_of_it():
+    model = _block()
+    reference = _block()
+    compiled, pool, made = _compiled(model)
+    for _ in range(4):
+        x = torch.randn(3, 8)
+        model.zero_grad(set_to_none=True)
+        reference.zero_grad(set_to_none=True)
+        compiled(x).square().sum().backward()
+        reference(x).square().sum().backward()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+    forward, backward = made
+    assert forward.recorded is not None and backward.recorded is not None
+    assert forward.recorded.saved and backward.recorded.sequence > forward.recorded.sequence
+    # the backward reads the forward's saved tensors where the forward's replay wrote them
+    assert any(kind == cudagraphs.POOL for _, _, kind in backward.recorded.in_place)
+    assert len(pool.recorder.pools) == 1 and len(pool.recordings) == 2
+    in_pool = pool.static_storages()
+    assert all(p.grad.untyped_storage().data_ptr() not in in_pool for p in model.parameters())
+    assert surge.counters["cudagraphs_replayed"] == 6      # calls 2-4 x (forward, backward)
+
+
+def test_a_forward_while_an_earlier_backward_is_pending_runs_without_the_graph():
+    model = _block()
+    reference = _block()
+    compiled, _, _ = _compiled(model)
+    for _ in range(2):
+        compiled(torch.randn(3, 8)).sum().backward()
+    model.zero_grad(set_to_none=True)
+    x1, x2 = torch.randn(3, 8), torch.randn(3, 8)
+    first = compiled(x1).square().sum()
+    second = compiled(x2).square().sum()          # must not overwrite what first's backward reads
+    (first + second).backward()
+    ((reference(x1).square().sum()) + reference(x2).square().sum()).backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_a_static_input_updated_in_place_is_recorded():
+    def step(x, cache):
+        cache.mul_(0.5).add_(x)        # a cache written in place, the same tensor every call
+        return cache.sum(0) * 2
+
+    cache, reference = torch.zeros(4, 4), torch.zeros(4, 4)
+    compiled, _, made = _compiled(step)
+    for _ in range(4):
+        x = torch.randn(4, 4)
+        torch.testing.assert_close(compiled(x, cache), step(x, reference))
+    torch.testing.assert_close(cache, reference)
+    assert made[0].recorded is not None and made[0].not_recorded is None
+
+
+def test_an_input_updated_in_place_that_is_copied_is_not_recorded(capfd, monkeypatch):
+    monkeypatch.setenv("SURGE_LOGS", "cudagraphs")
+
+    def f(x, y):
+        return y.add_(x).sum()
+
+    compiled, _, made = _compiled(f)
+    for _ in range(3):
+        args = [torch.randn(6), torch.randn(6)]
+        expected = [a.clone() for a in args]
+        torch.testing.assert_close(compiled(*args), f(*expected))
+        torch.testing.assert_close(args, expected)       # the user's tensor was updated
+    assert made[-1].recorded is None and "updates input(s)" in made[-1].not_recorded
+    assert capfd.readouterr().err.count("not recorded") == 1
+    assert surge.counters["cudagraphs_recorded"] == 0
+
+
+def test_an_op_that_synchronizes_with_the_host_is_not_recorded():
+    def f(x):
+        return torch.ops.aten.nonzero.default(x)
+
+    wrapper = cudagraphs.CudaGraphed(executable_of(torch.fx.symbolic_trace(f)), new_pool())
+    for _ in range(3):
+        x = torch.randn(5)
+        torch.testing.assert_close(wrapper(x), f(x))
+    assert wrapper.recorded is None and "aten.nonzero.default" in wrapper.not_recorded
+
+
+def test_tensors_on_another_device_than_the_recorders_are_not_recorded():
+    class CudaOnly(FakeRecorder):
+        device_type = "cuda"
+
+    pool = cudagraphs.GraphPool(CudaOnly(), 8)
+    gm = torch.fx.symbolic_trace(lambda x: x * 2)
+    wrapper = cudagraphs.CudaGraphed(executable_of(_aten(gm, torch.randn(3))), pool)
+    for _ in range(3):
+        x = torch.randn(3)
+        torch.testing.assert_close(wrapper(x)[0], x * 2)
+    assert "cpu" in wrapper.not_recorded
+
+
+def _aten(gm, *inputs):
+    from surge.aot import trace_aten
+
+    return trace_aten(gm, list(inputs))
+
+
+def test_distinct_sizes_record_up_to_the_bound_then_run_in_the_default_mode(capfd, monkeypatch):
+    monkeypatch.setenv("SURGE_LOGS", "cudagraphs")
+
+    def f(x):
+        return (x * 3).sin()
+
+    compiled, pool, made = _compiled(f, max_records=2)
+    for n in (2, 3, 4):
+        for _ in range(3):
+            x = torch.randn(n)
+            torch.testing.assert_close(compiled(x), f(x))
+    assert [w.recorded is not None for w in made] == [True, True, False]
+    assert "cudagraph_max_records=2" in made[2].not_recorded
+    assert len(pool.recorder.pools) == 1 and pool.records_made == 2
+    assert capfd.readouterr().err.count("not recorded") == 1
+
+
+def test_random_ops_draw_fresh_numbers_at_every_replay():
+    compiled, _, made = _compiled(lambda x: F.dropout(x, 0.5, training=True))
+    x = torch.ones(2000)
+    outs = [compiled(x).clone() for _ in range(4)]
+    assert made[0].recorded is not None
+    assert not torch.equal(outs[2], outs[3])
+    assert all(abs((o == 0).float().mean().item() - 0.5) < 0.05 for o in outs)
+
+
+def test_mutated_inputs_are_read_from_the_launches():
+    def f(x, c):
+        c.add_(1)
+        return x * 2
+
+    gm = _aten(torch.fx.symbolic_trace(f), torch.randn(3), torch.zeros(3))
+    assert mutated_inputs(executable_of(gm)) == {1}
+
+
+def test_the_mode_on_cpu_tensors_runs_the_default_mode_with_one_info_line(caplog, monkeypatch):
+    monkeypatch.setattr(logs, "_INFO_SEEN", set())
+
+    def f(x):
+        return torch.relu(x) + 1
+
+    def g(x):
+        return x.sin() * 2
+
+    with caplog.at_level(logging.INFO, logger="surge"):
+        for fn in (f, g):
+            compiled = surge.compile(fn, mode="reduce-overhead")
+            for _ in range(3):
+                x = torch.randn(4)
+                torch.testing.assert_close(compiled(x), fn(x))
+    assert sum("default mode" in r.getMessage() for r in caplog.records) == 1
+    assert surge.counters["cudagraphs_recorded"] == 0 and surge.counters["fallbacks"] == 0
