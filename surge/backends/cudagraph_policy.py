@@ -11,12 +11,18 @@ between. That is only what the Executable computes when:
 - every input it updates in place is read in place: an input copied into a static
   buffer before each replay would see the update in the buffer, not in the user's tensor.
 
+The launch table shows the ATen calls, not what they do inside nor the devices of the
+tensors they make; so the recording itself runs under ``RecordingWatch``, which sees
+every ATen call the host code makes and the devices of its tensors.
+
 The reasons are plain text: ``cudagraphs.py`` logs them on the ``cudagraphs`` channel
 and runs such graphs in the default mode.
 """
 from __future__ import annotations
 
 import torch
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # ATen ops (overload packets) that wait for the device or size their result by its data.
 HOST_SYNC_OPS = frozenset({
@@ -88,3 +94,29 @@ def why_not_recorded(executable, inputs: list, copied: set[int], device_type: st
         return (f"it updates input(s) {names} in place, which are not static (their memory moves between "
                 "calls, so a replay would update a copy)")
     return None
+
+
+class RecordingWatch(TorchDispatchMode):
+    """Notes, while a recording runs, every ATen call that a replay would not repeat as
+    it ran: one on or making tensors off the recorder's device (CPU work, whose values the
+    recording would freeze), or one that synchronizes with the host."""
+
+    def __init__(self, device_type: str):
+        super().__init__()
+        self.device_type = device_type
+        self.problems: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = str(func)
+        if packet(name) in HOST_SYNC_OPS:
+            self._note(f"it calls {name}, which synchronizes with the host or sizes results by data")
+        for value in pytree.tree_leaves((args, kwargs, out)):
+            if isinstance(value, torch.Tensor) and value.device.type != self.device_type:
+                self._note(f"{name} runs on {value.device} tensors (recorded work runs on {self.device_type} only)")
+                break
+        return out
+
+    def _note(self, problem: str) -> None:
+        if problem not in self.problems:
+            self.problems.append(problem)

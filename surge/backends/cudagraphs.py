@@ -39,7 +39,7 @@ import torch
 from .. import fallbacks, logs
 from ..counters import counters
 from .cudagraph_outputs import FREED, STALE, held_elsewhere, make_alias, reference_counts
-from .cudagraph_policy import device_problem, why_not_recorded
+from .cudagraph_policy import RecordingWatch, device_problem, why_not_recorded
 
 # How an input of a recording is read.
 STATE = "state"   # in place; a new address records again
@@ -219,12 +219,19 @@ class CudaGraphed:
         device = next(a.device for a in args) if args else _constant_device(self.executable)
         if pool.handle is None:
             pool.handle = pool.recorder.new_pool()
+        watch = RecordingWatch(pool.recorder.device_type)
+
+        def watched(call_args):
+            with watch:
+                return self.executable.call_boxed(call_args)
+
         try:
-            recording = pool.recorder.record(self.executable.call_boxed, static_args, pool.handle, device)
+            recording = pool.recorder.record(watched, static_args, pool.handle, device)
         except Exception as error:
             return self._give_up(args, f"recording failed: {type(error).__name__}: {error}")
         outputs = recording.outputs
-        problem = device_problem(list(outputs), pool.recorder.device_type)
+        problem = (watch.problems[0] if watch.problems else None) or device_problem(list(outputs),
+                                                                                   pool.recorder.device_type)
         if problem:
             return self._give_up(args, problem)
         recorded = self._plan(recording, args, in_place, copies, outputs)

@@ -230,3 +230,19 @@ def test_the_mode_on_cpu_tensors_runs_the_default_mode_with_one_info_line(caplog
                 torch.testing.assert_close(compiled(x), fn(x))
     assert sum("default mode" in r.getMessage() for r in caplog.records) == 1
     assert surge.counters["cudagraphs_recorded"] == 0 and surge.counters["fallbacks"] == 0
+
+
+def test_the_recording_sees_aten_calls_the_launch_table_does_not_show():
+    def host_code(args):
+        x, = args
+        args.clear()
+        return (x[torch.ops.aten.nonzero.default(x > 0)[:, 0]].sum(),)
+
+    gm = torch.fx.symbolic_trace(lambda x: x * 1)
+    quiet = executable_of(gm)
+    quiet.call = host_code                   # its launches say nothing of the nonzero
+    wrapper = cudagraphs.CudaGraphed(quiet, new_pool())
+    for _ in range(3):
+        x = torch.randn(6)
+        torch.testing.assert_close(wrapper(x)[0], x[x > 0].sum())
+    assert wrapper.recorded is None and "aten.nonzero.default" in wrapper.not_recorded
