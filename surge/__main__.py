@@ -10,8 +10,9 @@ import time
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present, else cpu)")
     p.add_argument("--quick", action="store_true", help="small sizes: a fast run (what CI runs)")
-    p.add_argument("--suite", choices=("default", "models"), default="default",
-                   help="default: surge's workloads; models: the model zoo (timm, torchvision, transformers)")
+    p.add_argument("--suite", choices=("default", "models", "overhead"), default="default",
+                   help="default: surge's workloads; models: the model zoo (timm, torchvision, transformers); "
+                        "overhead: launch-bound workloads for mode='reduce-overhead' (CUDA graphs)")
     p.add_argument("--time-limit", type=float, default=None, metavar="S",
                    help="start no workload after S seconds; the rest are listed as not run")
     p.add_argument("--only", action="append", metavar="NAME",
@@ -22,7 +23,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="bar chart of speedups over eager (needs matplotlib)")
     p.add_argument("--surge-backend", default=None, help="surge backend name (default: surge's default)")
     p.add_argument("--contenders", default="eager,torch.compile,surge",
-                   help="comma-separated subset of eager,torch.compile,surge")
+                   help="comma-separated subset of eager,torch.compile,surge,torch.compile:reduce-overhead,"
+                        "surge:reduce-overhead (the last two record CUDA graphs)")
     p.add_argument("--fresh-process-compile", action=argparse.BooleanOptionalAction, default=None,
                    help="time first calls in fresh processes on a cold and a warm cache "
                         "(default: on, off with --quick)")

@@ -25,7 +25,7 @@ import traceback
 import torch
 
 from . import timing, workloads
-from .contenders import CONTENDERS, NotAvailable, make_contender
+from .contenders import CONTENDERS, NotAvailable, base_name, make_contender
 from .stored_peer import PEER, StoredPeer
 
 # Contenders whose first call is timed again in fresh processes (eager compiles nothing).
@@ -248,7 +248,7 @@ def explain_counts(instance, target, inputs, backend=None):
     if explain is None:
         return None
     with torch.set_grad_enabled(instance.training), instance.autocast_context(inputs):
-        report = explain(target, backend=backend)(*inputs)
+        report = explain(target, backend=backend)(*instance.call_args(inputs))
     return report.graph_count, report.graph_break_count
 
 
@@ -263,14 +263,15 @@ def prepare_contender(cfg: BenchConfig, instance, name: str, expected, inputs, c
         return ContenderResult(status="not available", message=str(e)), None
     try:
         target = instance.fresh_target()
-        if name == "surge":
+        if base_name(name) == "surge":
             # Capture afresh (the disk caches stay): a capture an earlier workload of this
             # process left in memory would hide whether this one compiles or falls back.
             import surge
 
             surge.reset()
         # The tiny-size run only measures overhead: no need to explain it again.
-        structure = STRUCTURE_PROBES[name]() if cfg.scale != "tiny" and name in STRUCTURE_PROBES else None
+        probe = STRUCTURE_PROBES.get(base_name(name))
+        structure = probe() if cfg.scale != "tiny" and probe is not None else None
         compiled = contender.compile(target)
         step = lambda: instance.run(compiled, target, inputs)  # noqa: E731
         result.first_call_s, _ = timing.timed_once(step, cfg.device)

@@ -1,4 +1,6 @@
-"""The three contenders the bench runs side by side: eager, torch.compile and surge.
+"""The contenders the bench runs side by side: eager, torch.compile and surge, the
+two compilers also in their CUDA graph mode (``torch.compile:reduce-overhead`` and
+``surge:reduce-overhead``: ``--contenders eager,torch.compile,torch.compile:reduce-overhead,surge:reduce-overhead``).
 
 Each is a way to turn a workload's target into a callable. A contender that
 cannot run here (surge's frontend or the chosen backend not built yet, no
@@ -10,7 +12,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-CONTENDERS = ("eager", "torch.compile", "surge")
+CONTENDERS = ("eager", "torch.compile", "surge", "torch.compile:reduce-overhead", "surge:reduce-overhead")
+# The compile modes a contender's name may carry after a colon.
+MODES = ("reduce-overhead", "max-autotune")
+
+
+def base_name(contender: str) -> str:
+    """``surge:reduce-overhead`` -> ``surge``: the compiler, whatever its mode."""
+    return contender.split(":", 1)[0]
 
 
 class NotAvailable(Exception):
@@ -27,16 +36,16 @@ def eager_contender() -> Contender:
     return Contender("eager", lambda target: target)
 
 
-def torch_compile_contender() -> Contender:
+def torch_compile_contender(mode: str | None = None) -> Contender:
     import torch
 
     def compile_with_torch(target):
-        return torch.compile(target)  # default mode, the peer surge is measured against
+        return torch.compile(target, mode=mode)  # default mode: the peer surge is measured against
 
-    return Contender("torch.compile", compile_with_torch)
+    return Contender("torch.compile" + (f":{mode}" if mode else ""), compile_with_torch)
 
 
-def surge_contender(backend: str | None) -> Contender:
+def surge_contender(backend: str | None, mode: str | None = None) -> Contender:
     try:
         import surge
         from surge.frontend import entry  # noqa: F401  (the capture frontend must exist)
@@ -50,18 +59,21 @@ def surge_contender(backend: str | None) -> Contender:
         raise NotAvailable(f"surge backend {backend!r} is not available ({e})") from None
 
     def compile_with_surge(target):
-        return surge.compile(target, backend=backend)
+        return surge.compile(target, backend=backend, mode=mode)
 
-    return Contender("surge", compile_with_surge)
+    return Contender("surge" + (f":{mode}" if mode else ""), compile_with_surge)
 
 
 def make_contender(name: str, surge_backend: str | None) -> Contender:
-    if name == "eager":
+    base, _, mode = name.partition(":")
+    if mode and mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r} in contender {name!r}; modes: {MODES}")
+    if base == "eager" and not mode:
         return eager_contender()
-    if name == "torch.compile":
-        return torch_compile_contender()
-    if name == "surge":
-        return surge_contender(surge_backend)
+    if base == "torch.compile":
+        return torch_compile_contender(mode or None)
+    if base == "surge":
+        return surge_contender(surge_backend, mode or None)
     raise ValueError(f"unknown contender {name!r}; one of {CONTENDERS}")
 
 

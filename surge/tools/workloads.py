@@ -17,8 +17,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 SCALES = ("full", "quick", "tiny")
-# "default": surge's own workloads; "models": the model zoo (zoo_workloads.py).
-SUITES = ("default", "models")
+# "default": surge's own workloads; "models": the model zoo (zoo_workloads.py);
+# "overhead": launch-bound workloads for the CUDA graph mode (overhead_workloads.py).
+SUITES = ("default", "models", "overhead")
 
 
 class Unavailable(Exception):
@@ -69,6 +70,10 @@ class Instance:
             loss = (self.loss_fn or _mean_square)(out, inputs)
         loss.backward()
         return [loss.detach()] + [p.grad for p in params]
+
+    def call_args(self, inputs) -> tuple:
+        """The arguments of one call of the target (what ``surge.explain`` runs)."""
+        return inputs
 
     def autocast_context(self, inputs):
         if self.autocast is None:
@@ -345,6 +350,7 @@ def names(suite: str = "default") -> list[str]:
     """The workloads of ``suite``, in the order the bench runs them."""
     from . import hf_workloads  # noqa: F401  (registers the transformers workloads when installed)
     from . import optimizer_workloads  # noqa: F401  (registers the optimizer steps)
+    from . import overhead_workloads  # noqa: F401  (registers the launch-bound workloads)
     from . import zoo_workloads  # noqa: F401  (registers the model zoo)
 
     if suite not in SUITES:

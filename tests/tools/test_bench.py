@@ -214,3 +214,13 @@ def test_a_stored_run_from_another_environment_is_not_reused(tmp_path):
                                 "workloads": [{"name": "softmax", "sizes": {}, "dtype": "float32"}]}))
     peer = StoredPeer(str(path), {"device": "cpu", "device_name": "x", "scale": "quick", "versions": {}})
     assert peer.mismatch and peer.row("softmax", {}, "float32") is None
+
+
+def test_the_overhead_suite_runs_the_cuda_graph_contenders():
+    # on the CPU the reduce-overhead contender runs surge's default mode; the GPU run is the measurement
+    cfg = quick_config(suite="overhead", only=["gelu_stack_16"], contenders=("eager", "surge:reduce-overhead"),
+                       surge_backend="aot_eager")
+    run = bench.run_bench(cfg)
+    wr, = run["workloads"]
+    assert wr.results["surge:reduce-overhead"].status == "ok", wr.results["surge:reduce-overhead"].message
+    assert set(workloads.names("overhead")) == {"gelu_stack_16", "gpt2_b1_t8", "gpt2_decode_128"}
