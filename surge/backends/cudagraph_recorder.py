@@ -65,8 +65,16 @@ class CudaRecorder:
         return Recording(outputs, graph.replay, graph)
 
     def invalidate(self, tensor: torch.Tensor, message: str) -> None:
-        # CUDA builds of torch only: a storage whose data access raises ``message``
-        torch._C._set_storage_access_error_msg(tensor, message)
+        """CUDA builds of torch only. Where torch has it, the storage itself raises, so
+        views the user made of the output raise too; else the tensor does."""
+        whole_storage = getattr(torch._C, "_set_storage_data_ptr_access_error_msg", None)
+        try:
+            if whole_storage is not None:
+                whole_storage(tensor.untyped_storage()._cdata, message)
+            else:
+                torch._C._set_storage_access_error_msg(tensor, message)
+        except RuntimeError:   # an output sharing its storage with one invalidated already
+            pass
 
 
 def _end_failed_capture(graph) -> None:

@@ -9,7 +9,9 @@ training forward or backward) and is called as the Executable is (``call_boxed``
   copied into static buffers; the Executable's launches are captured by the recorder
   (``cudagraph_recorder.py``) in the pool of its compiled function; then it replays;
 - later calls check the in-place inputs' addresses (a parameter that moved or was
-  re-assigned records again), copy the other inputs into their buffers and replay.
+  re-assigned records again, or replays an earlier recording made for the new addresses:
+  modules of one structure share their compiled graphs), copy the other inputs into their
+  buffers and replay.
 
 Read in place: parameters, tensors marked static (``torch._dynamo.mark_static_address``
 sets ``_dynamo_static_input_type``), inputs at the same address in the warmup and the
@@ -75,10 +77,6 @@ class GraphPool:
         self.records_made += 1
         self._recordings.append(weakref.ref(recording))
         counters["cudagraphs_recorded"] += 1
-
-    def drop(self, recording: "RecordedGraph") -> None:
-        recording.invalidate(FREED)
-        self._recordings = [ref for ref in self._recordings if ref() is not recording]
 
     def overwritten_by(self, recording: "RecordedGraph") -> list:
         """The recordings whose outputs a replay of ``recording`` overwrites."""
@@ -153,7 +151,8 @@ class CudaGraphed:
         self.pool = pool
         self.calls = 0
         self.first_pointers: list = []
-        self.recorded: RecordedGraph | None = None
+        self.recorded: RecordedGraph | None = None   # the recording calls replay
+        self.variants: list[RecordedGraph] = []      # every recording, one per set of parameter addresses
         self.not_recorded: str | None = None    # why it runs in the default mode
         self._announced: set = set()
         self.site = fallbacks.current_site()
@@ -177,22 +176,25 @@ class CudaGraphed:
                 self.first_pointers = [_pointer(a) for a in args]
                 return self.executable.call_boxed(args)
             return self._record(args, moved=False)
-        for position, pointer, kind in recorded.in_place:
-            if args[position].data_ptr() != pointer:
-                if kind == STATE:
-                    self._log(f"{self._describe()}: input {position} moved: recorded again")
-                    self.pool.drop(recorded)
-                    self.recorded = None
-                    return self._record(args, moved=True)
-                return self._unrecorded(args, f"input {position}, an output of an earlier replay, is not "
-                                                  "where it was recorded (that call ran without its graph)")
+        moved = _moved_input(recorded, args)
+        if moved is not None:
+            position, kind = moved
+            if kind == POOL and args[position].untyped_storage().data_ptr() not in self.pool.static_storages():
+                return self._unrecorded(args, f"input {position}, an output of an earlier call, is not in the "
+                                              "memory of a recording (that call ran without its graph)")
+            # parameters elsewhere (or the outputs of a recording made again): a recording made
+            # for them (modules of one structure share compiled graphs), or a new one
+            recorded = next((r for r in self.variants if _moved_input(r, args) is None), None)
+            if recorded is None:
+                self._log(f"{self._describe()}: input {position} moved: recorded again")
+                return self._record(args, moved=True)
+            self.recorded = recorded
         overwritten = self.pool.overwritten_by(recorded)
         for r in overwritten:
             if r.backward_pending():
-                return self._unrecorded(args, "a backward still needs the tensors an earlier replay saved: "
-                                              "this call runs without the graph so that it does not overwrite "
-                                              "them (call backward before the next forward, or "
-                                              "surge.cudagraph_mark_step_begin() does not help here)")
+                return self._unrecorded(args, "a backward still needs the tensors an earlier replay saved for "
+                                              "it (a forward called again before the first one's backward): "
+                                              "this call runs without its graph so as not to overwrite them")
         for r in overwritten:
             r.invalidate(STALE)
         return self._replay(recorded, args)
@@ -239,6 +241,7 @@ class CudaGraphed:
         recorded.saved_baseline = reference_counts(recorded.saved)
         pool.add(recorded)
         self.recorded = recorded
+        self.variants.append(recorded)
         self._log(f"{self._describe()}: recorded ({len(in_place)} inputs read in place, {len(copies)} copied; "
                   f"{len(pool.recordings)} recording(s) in the pool)")
         for r in pool.overwritten_by(recorded):
@@ -299,7 +302,7 @@ class CudaGraphed:
     def _give_up(self, args: list, why: str):
         """Run in the default mode from now on."""
         self.not_recorded = why
-        self.recorded = None
+        self.recorded, self.variants = None, []
         counters["cudagraphs_not_recorded"] += 1
         self._log(f"{self._describe()}: not recorded, runs in the default mode: {why}")
         return self.executable.call_boxed(args)
@@ -314,6 +317,14 @@ class CudaGraphed:
                 return
             self._announced.add(once)
         logs.log("cudagraphs", message)
+
+
+def _moved_input(recorded: RecordedGraph, args: list) -> tuple | None:
+    """(position, kind) of the first input read in place that is not where it was recorded."""
+    for position, pointer, kind in recorded.in_place:
+        if args[position].data_ptr() != pointer:
+            return position, kind
+    return None
 
 
 def _pointer(value) -> int | None:

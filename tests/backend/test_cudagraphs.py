@@ -246,3 +246,41 @@ def test_the_recording_sees_aten_calls_the_launch_table_does_not_show():
         x = torch.randn(6)
         torch.testing.assert_close(wrapper(x)[0], x[x > 0].sum())
     assert wrapper.recorded is None and "aten.nonzero.default" in wrapper.not_recorded
+
+
+def test_a_reassigned_parameter_in_training_records_forward_and_backward_again():
+    model, reference = _block(), _block()
+    compiled, _, made = _compiled(model)
+    for step in range(5):
+        if step == 3:
+            weight = torch.randn(8, 8)
+            model[0].weight = torch.nn.Parameter(weight.clone())
+            reference[0].weight = torch.nn.Parameter(weight.clone())
+        x = torch.randn(3, 8)
+        model.zero_grad(set_to_none=True)
+        reference.zero_grad(set_to_none=True)
+        compiled(x).square().sum().backward()
+        reference(x).square().sum().backward()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+    forward, backward = made
+    assert len(forward.variants) == 2 and len(backward.variants) == 2
+    assert surge.counters["cudagraphs_recorded"] == 4
+
+
+def test_modules_sharing_compiled_graphs_replay_a_recording_each():
+    first, second = _block(), _block()
+    with torch.no_grad():
+        for p in second.parameters():
+            p.add_(1.0)
+    pool, made = new_pool(), []
+    backend = fake_backend(pool, made)
+    compiled = [surge.compile(m, backend=backend) for m in (first, second)]
+    with torch.no_grad():
+        for _ in range(4):
+            for c, m in zip(compiled, (first, second)):
+                x = torch.randn(3, 8)
+                torch.testing.assert_close(c(x), m(x))
+    wrapper, = made                 # one compiled graph for both modules: a recording each
+    assert len(wrapper.variants) == 2 and surge.counters["cudagraphs_recorded"] == 2
+    assert wrapper.not_recorded is None
