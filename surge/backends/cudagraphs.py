@@ -14,9 +14,9 @@ training forward or backward) and is called as the Executable is (``call_boxed``
   buffers and replay.
 
 Read in place: parameters, tensors marked static (``torch._dynamo.mark_static_address``
-sets ``_dynamo_static_input_type``), inputs at the same address in the warmup and the
-recording call (module buffers, a KV cache passed each step), and outputs of an earlier
-recording of the same pool (a forward's saved tensors, read by its backward).
+sets ``_dynamo_static_input_type``), the same tensor at the same address in the warmup and
+the recording call (module buffers, a KV cache handed in at each step), and outputs of an
+earlier recording of the same pool (a forward's saved tensors, read by its backward).
 
 One ``GraphPool`` per compiled function and device holds every recording of it (forward,
 backward, several sizes), in the order they were made, in one memory pool: a recording
@@ -150,7 +150,7 @@ class CudaGraphed:
         self.executable = executable
         self.pool = pool
         self.calls = 0
-        self.first_pointers: list = []
+        self.first_inputs: list = []    # (weak reference, address) of the warmup call's inputs
         self.recorded: RecordedGraph | None = None   # the recording calls replay
         self.variants: list[RecordedGraph] = []      # every recording, one per set of parameter addresses
         self.not_recorded: str | None = None    # why it runs in the default mode
@@ -173,7 +173,7 @@ class CudaGraphed:
             if self.calls == 0:
                 self.calls = 1
                 self.executable.warmup()
-                self.first_pointers = [_pointer(a) for a in args]
+                self.first_inputs = [(_weak(a), _pointer(a)) for a in args]
                 return self.executable.call_boxed(args)
             return self._record(args, moved=False)
         moved = _moved_input(recorded, args)
@@ -256,11 +256,19 @@ class CudaGraphed:
             if a.untyped_storage().data_ptr() in from_pool:
                 in_place.append((k, a.data_ptr(), POOL))
             elif (isinstance(a, torch.nn.Parameter) or hasattr(a, "_dynamo_static_input_type")
-                  or (not moved and k < len(self.first_pointers) and self.first_pointers[k] == a.data_ptr())):
+                  or (not moved and self._same_as_at_warmup(k, a))):
                 in_place.append((k, a.data_ptr(), STATE))
             else:
                 copied.append(k)
         return in_place, copied
+
+    def _same_as_at_warmup(self, k: int, a: torch.Tensor) -> bool:
+        """The very tensor, at the same address, as in the warmup call (a buffer, a cache
+        handed in at every call): likely to stay there."""
+        if k >= len(self.first_inputs):
+            return False
+        ref, pointer = self.first_inputs[k]
+        return ref is not None and ref() is a and pointer == a.data_ptr()
 
     def _plan(self, recording, args, in_place, copies, outputs) -> RecordedGraph:
         """How each output is handed out after a replay."""
@@ -329,6 +337,10 @@ def _moved_input(recorded: RecordedGraph, args: list) -> tuple | None:
 
 def _pointer(value) -> int | None:
     return value.data_ptr() if isinstance(value, torch.Tensor) else None
+
+
+def _weak(value):
+    return weakref.ref(value) if isinstance(value, torch.Tensor) else None
 
 
 def _static_buffer(t: torch.Tensor) -> torch.Tensor:
