@@ -61,6 +61,7 @@ class GraphPool:
         self.handle = None              # the recorder's pool, made at the first recording
         self._recordings: list = []     # weak references, oldest recording first
         self.records_made = 0
+        self._overwritten: dict = {}    # sequence -> overwritten_by's answer, until the recordings change
         _ALL_POOLS.add(self)
 
     @property
@@ -68,6 +69,7 @@ class GraphPool:
         live = [r for r in (ref() for ref in self._recordings) if r is not None]
         if len(live) != len(self._recordings):
             self._recordings = [weakref.ref(r) for r in live]
+            self._overwritten = {}
         return live
 
     def static_storages(self) -> set:
@@ -76,11 +78,20 @@ class GraphPool:
     def add(self, recording: "RecordedGraph") -> None:
         self.records_made += 1
         self._recordings.append(weakref.ref(recording))
+        self._overwritten = {}
         counters["cudagraphs_recorded"] += 1
 
     def overwritten_by(self, recording: "RecordedGraph") -> list:
-        """The recordings whose outputs a replay of ``recording`` overwrites."""
-        return [r for r in self.recordings if r.sequence >= recording.sequence]
+        """The recordings whose outputs a replay of ``recording`` overwrites (weakly held:
+        the answer is kept while every recording is alive)."""
+        found = self._overwritten.get(recording.sequence)
+        if found is not None:
+            live = [ref() for ref in found]
+            if all(r is not None for r in live):
+                return live
+        live = [r for r in self.recordings if r.sequence >= recording.sequence]
+        self._overwritten[recording.sequence] = [weakref.ref(r) for r in live]
+        return live
 
     def invalidate_all(self) -> None:
         for r in self.recordings:
@@ -103,17 +114,29 @@ class RecordedGraph:
     recorder: object
     name: str
     in_place: list                    # (position, data_ptr, STATE or POOL)
-    copies: list                      # (position, static buffer)
+    copies: list                      # (position, StaticInput)
     plan: list                        # per output: ("alias", t) ("saved", t) ("input", k, size, stride, offset) ("value", v)
     saved: list                       # the saved-for-backward outputs (the graph's own tensors)
     saved_baseline: list = dataclasses.field(default_factory=list)
     handed: list = dataclasses.field(default_factory=list)   # aliases of the last replay
     output_storages: frozenset = frozenset()
     sequence: int = dataclasses.field(default_factory=lambda: next(_sequence))
+    positions: list = dataclasses.field(default_factory=list)       # of the in-place inputs
+    pointer_table: list = dataclasses.field(default_factory=list)   # their addresses, by position
+    _texts: dict = dataclasses.field(default_factory=dict)          # invalidation messages, formatted
+
+    def __post_init__(self):
+        self.positions = [p for p, _, _ in self.in_place]
+        table = [0] * (max(self.positions) + 1 if self.positions else 0)
+        for position, pointer, _ in self.in_place:
+            table[position] = pointer
+        self.pointer_table = table
 
     def invalidate(self, message: str) -> None:
         if self.handed:
-            text = message.format(name=self.name)
+            text = self._texts.get(message)
+            if text is None:
+                text = self._texts[message] = message.format(name=self.name)
             for alias in self.handed:
                 self.recorder.invalidate(alias, text)
             self.handed = []
@@ -214,10 +237,10 @@ class CudaGraphed:
                                   pool.recorder.device_type)
         if reason:
             return self._give_up(args, reason)
-        copies = [(k, _static_buffer(args[k])) for k in copied]
+        copies = [(k, StaticInput(args[k])) for k in copied]
         static_args = list(args)
-        for k, buffer in copies:
-            static_args[k] = buffer
+        for k, static in copies:
+            static_args[k] = static.buffer
         device = next(a.device for a in args) if args else _constant_device(self.executable)
         if pool.handle is None:
             pool.handle = pool.recorder.new_pool()
@@ -295,8 +318,8 @@ class CudaGraphed:
     # -- running
 
     def _replay(self, recorded: RecordedGraph, args: list):
-        for position, buffer in recorded.copies:
-            buffer.copy_(args[position])
+        for position, static in recorded.copies:
+            static.fill(args[position])
         inputs = list(args)
         args.clear()
         recorded.recording.replay()
@@ -329,10 +352,20 @@ class CudaGraphed:
 
 def _moved_input(recorded: RecordedGraph, args: list) -> tuple | None:
     """(position, kind) of the first input read in place that is not where it was recorded."""
+    if _pointers_equal(args, recorded.pointer_table, recorded.positions):
+        return None
     for position, pointer, kind in recorded.in_place:
         if args[position].data_ptr() != pointer:
             return position, kind
     return None
+
+
+def _python_pointers_equal(tensors: list, pointers: list, positions: list) -> bool:
+    return [tensors[k].data_ptr() for k in positions] == [pointers[k] for k in positions]
+
+
+# torch's C++ loop over the in-place inputs (CUDA builds), else the same in Python
+_pointers_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", _python_pointers_equal)
 
 
 def _pointer(value) -> int | None:
@@ -343,13 +376,24 @@ def _weak(value):
     return weakref.ref(value) if isinstance(value, torch.Tensor) else None
 
 
-def _static_buffer(t: torch.Tensor) -> torch.Tensor:
-    """A tensor of ``t``'s layout (shape, strides and storage offset) in memory of its own."""
-    extent = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()) if size > 0)
-    if t.numel() == 0:
-        extent = 0
-    base = torch.empty(t.storage_offset() + extent, dtype=t.dtype, device=t.device)
-    return base.as_strided(t.shape, t.stride(), t.storage_offset())
+class StaticInput:
+    """The buffer a copied input goes into before each replay: ``t``'s layout (shape,
+    strides, storage offset) in memory of its own. An input whose elements overlap (a
+    stride of 0: an expanded tensor) or leave gaps is copied as the span of memory it
+    covers, which an elementwise copy into an overlapping buffer cannot do."""
+
+    def __init__(self, t: torch.Tensor):
+        extent = 0 if t.numel() == 0 else 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+        base = torch.empty(t.storage_offset() + extent, dtype=t.dtype, device=t.device)
+        self.buffer = base.as_strided(t.shape, t.stride(), t.storage_offset())
+        self.span = None if extent == t.numel() else (base[t.storage_offset():], extent)
+
+    def fill(self, t: torch.Tensor) -> None:
+        if self.span is None:
+            self.buffer.copy_(t)
+            return
+        region, extent = self.span
+        region.copy_(t.as_strided((extent,), (1,), t.storage_offset()))
 
 
 def _constant_device(executable) -> torch.device:

@@ -284,3 +284,16 @@ def test_modules_sharing_compiled_graphs_replay_a_recording_each():
     wrapper, = made                 # one compiled graph for both modules: a recording each
     assert len(wrapper.variants) == 2 and surge.counters["cudagraphs_recorded"] == 2
     assert wrapper.not_recorded is None
+
+
+def test_expanded_and_strided_inputs_are_copied_as_the_memory_they_cover():
+    def f(x, y):
+        return (x * 2 + y).sum(0)
+
+    compiled, _, made = _compiled(f)
+    for _ in range(4):
+        x = torch.randn(1, 8).expand(4, 8)            # stride 0: elements share memory
+        y = torch.randn(8, 8)[::2]                    # gaps between rows
+        torch.testing.assert_close(compiled(x, y), f(x, y))
+    copies = made[0].recorded.copies
+    assert len(copies) == 2 and all(static.span is not None for _, static in copies)
