@@ -416,10 +416,11 @@ def for_mode(compiled, config, device: torch.device, pool_of):
 
     if not config.cudagraphs or not isinstance(compiled, Executable):
         return compiled
-    if device.type != "cuda":
+    pool = pool_of()
+    if device.type != pool.recorder.device_type:
         note_not_cuda(device)
         return compiled
-    return CudaGraphed(compiled, pool_of())
+    return CudaGraphed(compiled, pool)
 
 
 def note_not_cuda(device: torch.device) -> None:

@@ -297,3 +297,31 @@ def test_expanded_and_strided_inputs_are_copied_as_the_memory_they_cover():
         torch.testing.assert_close(compiled(x, y), f(x, y))
     copies = made[0].recorded.copies
     assert len(copies) == 2 and all(static.span is not None for _, static in copies)
+
+
+def test_the_triton_backend_wraps_its_executables_in_the_mode(monkeypatch):
+    # the Triton interpreter's CPU tensors stand in for CUDA ones, a CPU recorder for CUDA graphs
+    pools = []
+
+    def fake_pool(device, max_records):
+        pools.append(new_pool(max_records))
+        return pools[-1]
+
+    monkeypatch.setattr(cudagraphs, "cuda_pool_for", fake_pool)
+
+    def f(x, w):
+        return torch.relu(x @ w) * 2
+
+    compiled = surge.compile(f, backend="triton", mode="reduce-overhead")
+    w = torch.randn(8, 8)
+    for _ in range(4):
+        x = torch.randn(4, 8)
+        torch.testing.assert_close(compiled(x, w), f(x, w))
+    assert len(pools) == 1 and surge.counters["cudagraphs_recorded"] == 1
+    assert surge.counters["cudagraphs_replayed"] == 3
+    surge.reset()                       # the same graph again, from the compiled-graph cache
+    compiled = surge.compile(f, backend="triton", mode="reduce-overhead")
+    for _ in range(3):
+        x = torch.randn(4, 8)
+        torch.testing.assert_close(compiled(x, w), f(x, w))
+    assert surge.counters["graph_cache_hits"] >= 1 and surge.counters["cudagraphs_recorded"] == 2
