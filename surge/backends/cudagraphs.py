@@ -226,8 +226,9 @@ class CudaGraphed:
 
     def _record(self, args: list, moved: bool):
         pool = self.pool
-        if pool.records_made >= pool.max_records:
-            return self._give_up(args, f"{pool.records_made} graphs recorded for {pool.name} already "
+        live = len(pool.recordings)   # recordings of wrappers that are gone do not count
+        if live >= pool.max_records:
+            return self._give_up(args, f"{live} graphs recorded for {pool.name} already "
                                        f"(cudagraph_max_records={pool.max_records}, e.g. one per input size)")
         numbers = [k for k, a in enumerate(args) if not isinstance(a, torch.Tensor)]
         if numbers:
@@ -434,7 +435,7 @@ def note_not_cuda(device: torch.device) -> None:
 def cuda_pool_for(device: torch.device, max_records: int) -> GraphPool:
     from .cudagraph_recorder import CudaRecorder
 
-    return pool_for(f"cuda:{device}", CudaRecorder, max_records)
+    return pool_for(f"cuda:{device}:{max_records}", CudaRecorder, max_records)
 
 
 # -- pools per compiled function
@@ -454,7 +455,3 @@ def pool_for(recorder_key: str, recorder_factory, max_records: int) -> GraphPool
         pool = pools[recorder_key] = GraphPool(recorder_factory(), max_records, f"{site.name} ({site.location})")
     return pool
 
-
-def reset_pools() -> None:
-    """Forget every pool (``surge.reset``): compiled functions compiled after it record anew."""
-    _POOLS.clear()
