@@ -111,8 +111,10 @@ class RecordingWatch(TorchDispatchMode):
         name = str(func)
         if packet(name) in HOST_SYNC_OPS:
             self._note(f"it calls {name}, which synchronizes with the host or sizes results by data")
+        bookkeeping = _keeps_rng_state_on_host(name)
         for value in pytree.tree_leaves((args, kwargs, out)):
-            if isinstance(value, torch.Tensor) and value.device.type != self.device_type:
+            if (isinstance(value, torch.Tensor) and value.device.type != self.device_type
+                    and not (bookkeeping and value.dtype in _RNG_STATE_DTYPES)):
                 self._note(f"{name} runs on {value.device} tensors (recorded work runs on {self.device_type} only)")
                 break
         return out
@@ -120,3 +122,14 @@ class RecordingWatch(TorchDispatchMode):
     def _note(self, problem: str) -> None:
         if problem not in self.problems:
             self.problems.append(problem)
+
+
+# Fused attention returns (and its backward takes) its dropout RNG's seed and offset as
+# int64 tensors: on the host when it draws nothing (dropout 0; what it returns then is
+# never read), on the device while a CUDA graph is recorded otherwise. They are not work.
+_RNG_STATE_DTYPES = (torch.int64, torch.uint64)
+
+
+def _keeps_rng_state_on_host(op_name: str) -> bool:
+    name = packet(op_name).split(".", 1)[-1]
+    return "attention" in name and name.startswith("_")

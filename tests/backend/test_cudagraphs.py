@@ -325,3 +325,17 @@ def test_the_triton_backend_wraps_its_executables_in_the_mode(monkeypatch):
         x = torch.randn(4, 8)
         torch.testing.assert_close(compiled(x, w), f(x, w))
     assert surge.counters["graph_cache_hits"] >= 1 and surge.counters["cudagraphs_recorded"] == 2
+
+
+def test_outputs_of_a_recording_that_is_freed_are_invalidated():
+    import gc
+
+    pool = new_pool()
+    wrapper = cudagraphs.CudaGraphed(executable_of(_aten(torch.fx.symbolic_trace(lambda x: x * 2), torch.randn(3))),
+                                     pool)
+    for _ in range(3):
+        out, = wrapper(torch.randn(3))
+    assert stale_message(out) is None and len(pool.recordings) == 1
+    del wrapper
+    gc.collect()
+    assert pool.recordings == [] and "freed" in stale_message(out)
