@@ -8,7 +8,7 @@ import torch.nn.functional as F
 import surge
 from surge.backends import cudagraphs
 from surge.tools import workloads
-from surge.tools.bench import compare_low_precision, float32_reference
+from surge.tools.bench import compare, compare_low_precision, float32_reference
 
 pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
@@ -38,7 +38,6 @@ def test_bench_workloads_in_reduce_overhead_match_eager(name):
         if instance.dtype in (torch.bfloat16, torch.float16):
             ok, err = compare_low_precision(actual, expected, float32_reference(instance, inputs))
         else:
-            from surge.tools.bench import compare
             ok, err = compare(actual, expected, 1e-2, 1e-2)
         assert ok, (name, seed, err)
     _recorded_and_replayed(2 if instance.training else 1)
