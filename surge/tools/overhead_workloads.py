@@ -10,6 +10,8 @@ eager,torch.compile,torch.compile:reduce-overhead,surge,surge:reduce-overhead``.
   keys and values in static caches (module buffers) written in place; its time is the
   128 steps' (tokens per second: 128 / time). Tokens are given (teacher forcing), so every
   contender decodes the same sequence.
+- ``llama_decode_128``: the same with a Llama-style model (RMSNorm, rotary positions,
+  SwiGLU; the bench's ``llama_bundled`` shape).
 """
 from __future__ import annotations
 
@@ -124,6 +126,18 @@ class DecodeInstance(Instance):
             return torch.cat([compiled(token, pos).clone() for token, pos in zip(tokens, positions)], dim=1)
 
 
+def _decode_instance(model, device: str, dtype, steps: int, vocab: int, sizes: dict) -> DecodeInstance:
+    make_tokens = token_maker(device, vocab, 1, steps)
+
+    def make_inputs(seed: int):
+        (tokens,) = make_tokens(seed)
+        return ([t.clone() for t in tokens.split(1, dim=1)],
+                [torch.tensor([i], device=device) for i in range(steps)])
+
+    return DecodeInstance(model.to(device=device, dtype=dtype).eval(), make_inputs, dtype=dtype,
+                          sizes={"steps": steps, **sizes, "vocab": vocab})
+
+
 @workload("gpt2_decode_128", "128 decoding steps of a GPT-2 124M-shaped model with a static KV cache "
                              "(bf16 on CUDA; tokens/s = 128 / time)", suite="overhead")
 def gpt2_decode_workload(device, scale):
@@ -132,13 +146,85 @@ def gpt2_decode_workload(device, scale):
                                               tiny=(4, 1, 16, 2, 128))
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     torch.manual_seed(0)
-    model = CachedGPT(vocab, width, heads, layers, steps).to(device=device, dtype=dtype).eval()
-    make_tokens = token_maker(device, vocab, 1, steps)
+    return _decode_instance(CachedGPT(vocab, width, heads, layers, steps), device, dtype, steps, vocab,
+                            {"layers": layers, "width": width, "heads": heads})
 
-    def make_inputs(seed: int):
-        (tokens,) = make_tokens(seed)
-        return ([t.clone() for t in tokens.split(1, dim=1)],
-                [torch.tensor([i], device=device) for i in range(steps)])
 
-    return DecodeInstance(model, make_inputs, dtype=dtype,
-                          sizes={"steps": steps, "layers": layers, "width": width, "heads": heads, "vocab": vocab})
+class RMSNorm(nn.Module):
+    def __init__(self, width: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(width))
+
+    def forward(self, x):
+        return (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
+
+
+def _rotate(t, cos, sin):
+    """Rotary positions on the last dimension, as two halves."""
+    a, b = t.chunk(2, dim=-1)
+    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+
+
+class CachedLlamaBlock(nn.Module):
+    """A Llama block (RMSNorm, rotary positions, SwiGLU) for one token at a time, keys and
+    values in static caches as ``CachedBlock``'s."""
+
+    def __init__(self, width: int, heads: int, max_len: int):
+        super().__init__()
+        hidden = (width * 8 // 3 + 63) // 64 * 64
+        self.heads = heads
+        self.attn_norm, self.mlp_norm = RMSNorm(width), RMSNorm(width)
+        self.wqkv, self.wo = nn.Linear(width, 3 * width, bias=False), nn.Linear(width, width, bias=False)
+        self.w_gate_up, self.w_down = nn.Linear(width, 2 * hidden, bias=False), nn.Linear(hidden, width, bias=False)
+        self.register_buffer("k_cache", torch.zeros(1, heads, max_len, width // heads))
+        self.register_buffer("v_cache", torch.zeros(1, heads, max_len, width // heads))
+
+    def forward(self, x, pos, visible, cos, sin):
+        _, _, width = x.shape
+        q, k, v = self.wqkv(self.attn_norm(x)).split(width, dim=2)
+        q, k, v = (t.view(1, 1, self.heads, width // self.heads).transpose(1, 2) for t in (q, k, v))
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        self.k_cache.index_copy_(2, pos, k)
+        self.v_cache.index_copy_(2, pos, v)
+        y = F.scaled_dot_product_attention(q, self.k_cache, self.v_cache, attn_mask=visible)
+        x = x + self.wo(y.transpose(1, 2).reshape(1, 1, width))
+        gate, up = self.w_gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
+        return x + self.w_down(F.silu(gate) * up)
+
+
+class CachedLlama(nn.Module):
+    """A Llama-style decoder, one token per call: ``forward(token (1, 1), pos (1,)) -> logits``."""
+
+    def __init__(self, vocab: int, width: int, heads: int, layers: int, max_len: int):
+        super().__init__()
+        self.max_len = max_len
+        self.embed = nn.Embedding(vocab, width)
+        self.blocks = nn.ModuleList(CachedLlamaBlock(width, heads, max_len) for _ in range(layers))
+        self.norm = RMSNorm(width)
+        self.lm_head = nn.Linear(width, vocab, bias=False)
+        head_dim = width // heads
+        angles = torch.outer(torch.arange(max_len).float(),
+                             1.0 / 10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+        self.register_buffer("cos", angles.cos())
+        self.register_buffer("sin", angles.sin())
+
+    def forward(self, token, pos):
+        x = self.embed(token)
+        cos, sin = self.cos[pos].view(1, 1, 1, -1), self.sin[pos].view(1, 1, 1, -1)
+        visible = (torch.arange(self.max_len, device=pos.device) <= pos).view(1, 1, 1, self.max_len)
+        for block in self.blocks:
+            x = block(x, pos, visible, cos, sin)
+        return self.lm_head(self.norm(x))
+
+
+@workload("llama_decode_128", "128 decoding steps of a Llama-style model (8 layers, width 2048) with a static "
+                              "KV cache (bf16 on CUDA; tokens/s = 128 / time)", suite="overhead")
+def llama_decode_workload(device, scale):
+    steps, layers, width, heads, vocab = pick(device, scale, gpu=(128, 8, 2048, 16, 32000),
+                                              cpu=(32, 2, 256, 4, 8192), quick=(8, 2, 64, 4, 512),
+                                              tiny=(4, 1, 16, 2, 128))
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    torch.manual_seed(0)
+    return _decode_instance(CachedLlama(vocab, width, heads, layers, steps), device, dtype, steps, vocab,
+                            {"layers": layers, "width": width, "heads": heads})

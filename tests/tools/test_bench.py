@@ -223,4 +223,5 @@ def test_the_overhead_suite_runs_the_cuda_graph_contenders():
     run = bench.run_bench(cfg)
     wr, = run["workloads"]
     assert wr.results["surge:reduce-overhead"].status == "ok", wr.results["surge:reduce-overhead"].message
-    assert set(workloads.names("overhead")) == {"gelu_stack_16", "gpt2_b1_t8", "gpt2_decode_128"}
+    assert set(workloads.names("overhead")) == {"gelu_stack_16", "gpt2_b1_t8", "gpt2_decode_128",
+                                                 "llama_decode_128"}
