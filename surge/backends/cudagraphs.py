@@ -11,7 +11,7 @@ training forward or backward) and is called as the Executable is (``call_boxed``
 - later calls check the in-place inputs' addresses (a parameter that moved or was
   re-assigned records again, or replays an earlier recording made for the new addresses:
   modules of one structure share their compiled graphs), copy the other inputs into their
-  buffers and replay.
+  buffers and replay. At most ``MAX_VARIANTS`` recordings per graph.
 
 Read in place: parameters, tensors marked static (``torch._dynamo.mark_static_address``
 sets ``_dynamo_static_input_type``), the same tensor at the same address in the warmup and
@@ -47,6 +47,9 @@ from .cudagraph_policy import RecordingWatch, device_problem, why_not_recorded
 STATE = "state"   # in place; a new address records again
 POOL = "pool"     # in place, an output of an earlier recording; a new address runs without the graph
 _sequence = itertools.count()
+# Recordings of one compiled graph for distinct parameter addresses (modules of one
+# structure sharing the graph: the layers of a model compiled one by one).
+MAX_VARIANTS = 64
 
 
 class GraphPool:
@@ -72,8 +75,16 @@ class GraphPool:
             self._overwritten = {}
         return live
 
+    def graphs_recorded(self) -> int:
+        """How many compiled graphs (wrappers) have recordings alive here."""
+        return len({r.owner for r in self.recordings})
+
     def static_storages(self) -> set:
         return {ptr for r in self.recordings for ptr in r.output_storages}
+
+    def state_storages(self) -> set:
+        """The memory that recordings read in place as parameters or buffers."""
+        return {ptr for r in self.recordings for ptr in r.state_storages}
 
     def add(self, recording: "RecordedGraph") -> None:
         self.records_made += 1
@@ -117,6 +128,8 @@ class RecordedGraph:
     copies: list                      # (position, StaticInput)
     plan: list                        # per output: ("alias", t) ("saved", t) ("input", k, size, stride, offset) ("value", v)
     saved: list                       # the saved-for-backward outputs (the graph's own tensors)
+    owner: int = 0                    # id of the wrapper that made it
+    state_storages: frozenset = frozenset()   # storages of its STATE inputs
     saved_baseline: list = dataclasses.field(default_factory=list)
     handed: list = dataclasses.field(default_factory=list)   # aliases of the last replay
     output_storages: frozenset = frozenset()
@@ -154,7 +167,9 @@ class RecordedGraph:
                 self.handed.append(alias)
                 out.append(alias)
             elif kind == "input":
-                out.append(inputs[step[1]].as_strided(step[2], step[3], step[4]))
+                given = inputs[step[1]]
+                whole = step[2] == given.shape and step[3] == given.stride() and step[4] == given.storage_offset()
+                out.append(given if whole else given.as_strided(step[2], step[3], step[4]))
             else:
                 out.append(step[1])
         return container(out)
@@ -199,18 +214,10 @@ class CudaGraphed:
                 self.first_inputs = [(_weak(a), _pointer(a)) for a in args]
                 return self.executable.call_boxed(args)
             return self._record(args, moved=False)
-        moved = _moved_input(recorded, args)
-        if moved is not None:
-            position, kind = moved
-            if kind == POOL and args[position].untyped_storage().data_ptr() not in self.pool.static_storages():
-                return self._unrecorded(args, f"input {position}, an output of an earlier call, is not in the "
-                                              "memory of a recording (that call ran without its graph)")
-            # parameters elsewhere (or the outputs of a recording made again): a recording made
-            # for them (modules of one structure share compiled graphs), or a new one
-            recorded = next((r for r in self.variants if _moved_input(r, args) is None), None)
+        if not _in_place_inputs_match(recorded, args):
+            recorded = next((r for r in self.variants if _in_place_inputs_match(r, args)), None)
             if recorded is None:
-                self._log(f"{self._describe()}: input {position} moved: recorded again")
-                return self._record(args, moved=True)
+                return self._inputs_moved(args)
             self.recorded = recorded
         overwritten = self.pool.overwritten_by(recorded)
         for r in overwritten:
@@ -218,17 +225,32 @@ class CudaGraphed:
                 return self._unrecorded(args, "a backward still needs the tensors an earlier replay saved for "
                                               "it (a forward called again before the first one's backward): "
                                               "this call runs without its graph so as not to overwrite them")
-        for r in overwritten:
-            r.invalidate(STALE)
-        return self._replay(recorded, args)
+        return self._replay(recorded, args, overwritten)
+
+    def _inputs_moved(self, args: list):
+        """No recording reads these inputs where they are. Parameters elsewhere (another
+        module sharing this graph, a re-assigned parameter; or the outputs of a recording
+        made again) record again; an input that was an earlier recording's output and now
+        is not (its forward ran without its graph) runs this call without the graph."""
+        recorded = self.recorded
+        moved = [(p, kind) for p, pointer, kind in recorded.in_place if args[p].data_ptr() != pointer]
+        in_pool = self.pool.static_storages()
+        if any(kind == STATE or args[p].untyped_storage().data_ptr() in in_pool for p, kind in moved):
+            self._log(f"{self._describe()}: input(s) {[p for p, _ in moved]} moved: recorded again")
+            return self._record(args, moved=True)
+        return self._unrecorded(args, f"input(s) {[p for p, _ in moved]}, outputs of an earlier call, are not "
+                                      "in the memory of a recording (that call ran without its graph)")
 
     # -- recording
 
     def _record(self, args: list, moved: bool):
         pool = self.pool
-        live = len(pool.recordings)   # recordings of wrappers that are gone do not count
-        if live >= pool.max_records:
-            return self._give_up(args, f"{live} graphs recorded for {pool.name} already "
+        if moved and len(self.variants) >= MAX_VARIANTS:
+            return self._give_up(args, f"{len(self.variants)} recordings of this graph for as many sets of "
+                                       "parameter addresses already")
+        graphs = pool.graphs_recorded()   # those of wrappers that are gone do not count
+        if not self.variants and graphs >= pool.max_records:
+            return self._give_up(args, f"{graphs} graphs recorded for {pool.name} already "
                                        f"(cudagraph_max_records={pool.max_records}, e.g. one per input size)")
         numbers = [k for k, a in enumerate(args) if not isinstance(a, torch.Tensor)]
         if numbers:
@@ -256,6 +278,8 @@ class CudaGraphed:
         except Exception as error:
             return self._give_up(args, f"recording failed: {type(error).__name__}: {error}")
         outputs = recording.outputs
+        if not isinstance(outputs, (tuple, list)):
+            return self._give_up(args, f"it returns a {type(outputs).__name__}, not a tuple or list of outputs")
         problem = (watch.problems[0] if watch.problems else None) or device_problem(list(outputs),
                                                                                    pool.recorder.device_type)
         if problem:
@@ -268,18 +292,18 @@ class CudaGraphed:
         self.variants.append(recorded)
         self._log(f"{self._describe()}: recorded ({len(in_place)} inputs read in place, {len(copies)} copied; "
                   f"{len(pool.recordings)} recording(s) in the pool)")
-        for r in pool.overwritten_by(recorded):
-            r.invalidate(STALE)
-        return self._replay(recorded, args)
+        return self._replay(recorded, args, pool.overwritten_by(recorded))
 
     def _classify(self, args: list, moved: bool) -> tuple:
         """(in place: [(position, data_ptr, kind)], copied: [position])."""
-        from_pool = self.pool.static_storages()
+        from_pool, state = self.pool.static_storages(), self.pool.state_storages()
         in_place, copied = [], []
         for k, a in enumerate(args):
-            if a.untyped_storage().data_ptr() in from_pool:
+            storage = a.untyped_storage().data_ptr()
+            if storage in from_pool:
                 in_place.append((k, a.data_ptr(), POOL))
             elif (isinstance(a, torch.nn.Parameter) or hasattr(a, "_dynamo_static_input_type")
+                  or storage in state   # a parameter another recording reads (a forward's, saved for its backward)
                   or (not moved and self._same_as_at_warmup(k, a))):
                 in_place.append((k, a.data_ptr(), STATE))
             else:
@@ -305,7 +329,7 @@ class CudaGraphed:
                 continue
             ptr = out.untyped_storage().data_ptr()
             if ptr in input_storages:   # an input read in place (a parameter): the user's own tensor
-                plan.append(("input", input_storages[ptr], tuple(out.shape), out.stride(), out.storage_offset()))
+                plan.append(("input", input_storages[ptr], out.shape, out.stride(), out.storage_offset()))
             elif saved_from is not None and index >= saved_from:
                 plan.append(("saved", out))
                 saved.append(out)
@@ -313,14 +337,18 @@ class CudaGraphed:
             else:
                 plan.append(("alias", out))
                 storages.add(ptr)
+        state = frozenset(args[k].untyped_storage().data_ptr() for k, _, kind in in_place if kind == STATE)
         return RecordedGraph(recording, self.pool.recorder, self._describe(), in_place, copies, plan, saved,
-                             output_storages=frozenset(storages))
+                             owner=id(self), output_storages=frozenset(storages), state_storages=state)
 
     # -- running
 
-    def _replay(self, recorded: RecordedGraph, args: list):
+    def _replay(self, recorded: RecordedGraph, args: list, overwritten: list):
+        # inputs first: one may be an output of the last replay (``x = f(x)``), valid until now
         for position, static in recorded.copies:
             static.fill(args[position])
+        for r in overwritten:
+            r.invalidate(STALE)
         inputs = list(args)
         args.clear()
         recorded.recording.replay()
@@ -351,14 +379,9 @@ class CudaGraphed:
         logs.log("cudagraphs", message)
 
 
-def _moved_input(recorded: RecordedGraph, args: list) -> tuple | None:
-    """(position, kind) of the first input read in place that is not where it was recorded."""
-    if _pointers_equal(args, recorded.pointer_table, recorded.positions):
-        return None
-    for position, pointer, kind in recorded.in_place:
-        if args[position].data_ptr() != pointer:
-            return position, kind
-    return None
+def _in_place_inputs_match(recorded: RecordedGraph, args: list) -> bool:
+    """Whether every input ``recorded`` reads in place is where it was recorded."""
+    return _pointers_equal(args, recorded.pointer_table, recorded.positions)
 
 
 def _python_pointers_equal(tensors: list, pointers: list, positions: list) -> bool:

@@ -93,8 +93,10 @@ def test_training_records_forward_and_backward_in_one_pool_and_grads_stay_out_of
     forward, backward = made
     assert forward.recorded is not None and backward.recorded is not None
     assert forward.recorded.saved and backward.recorded.sequence > forward.recorded.sequence
-    # the backward reads the forward's saved tensors where the forward's replay wrote them
+    # the backward reads the forward's saved tensors where the forward's replay wrote them, and
+    # the parameters it needs where they are: only the incoming gradient is copied
     assert any(kind == cudagraphs.POOL for _, _, kind in backward.recorded.in_place)
+    assert len(backward.recorded.copies) == 1
     assert len(pool.recorder.pools) == 1 and len(pool.recordings) == 2
     in_pool = pool.static_storages()
     assert all(p.grad.untyped_storage().data_ptr() not in in_pool for p in model.parameters())
@@ -339,3 +341,18 @@ def test_outputs_of_a_recording_that_is_freed_are_invalidated():
     del wrapper
     gc.collect()
     assert pool.recordings == [] and "freed" in stale_message(out)
+
+
+def test_an_output_fed_back_as_the_next_input_is_read_before_it_is_overwritten():
+    layers = [_block()[0] for _ in range(12)]          # one structure: one compiled graph
+    pool, made = new_pool(max_records=2), []
+    backend = fake_backend(pool, made)
+    compiled = [surge.compile(layer, backend=backend) for layer in layers]
+    with torch.no_grad():
+        for _ in range(3):
+            x = expected = torch.randn(3, 8)
+            for c, layer in zip(compiled, layers):
+                x, expected = c(x), layer(expected)        # x: the previous replay's output
+            torch.testing.assert_close(x, expected)
+    wrapper, = made
+    assert len(wrapper.variants) == 12 and wrapper.not_recorded is None
