@@ -24,7 +24,8 @@ def _recorded_and_replayed(recorded: int):
     assert surge.counters["cudagraphs_replayed"] >= recorded and surge.counters["cudagraphs_not_recorded"] == 0
 
 
-@pytest.mark.parametrize("name", ["gpt_block", "mlp_train", "gpt_bundled", "llama_bundled"])
+@pytest.mark.parametrize("name", ["gpt_block", "mlp_train", "gpt_bundled", "llama_bundled", "gelu_stack_16",
+                                  "gpt2_decode_128", "llama_decode_128"])
 def test_bench_workloads_in_reduce_overhead_match_eager(name):
     instance = workloads.build(name, "cuda", "quick")
     eager_target, target = instance.fresh_target(), instance.fresh_target()
