@@ -46,8 +46,10 @@ def make_alias(static: torch.Tensor, storages: dict) -> torch.Tensor:
 
 
 def references(t: torch.Tensor) -> tuple:
-    """(Python references, C++ references) to ``t``: both change when autograd saves it."""
-    return sys.getrefcount(t), t._use_count()
+    """(Python references, C++ references) to ``t``: both change when autograd saves it
+    (a torch without ``Tensor._use_count`` counts the Python ones only)."""
+    use_count = getattr(t, "_use_count", None)
+    return sys.getrefcount(t), use_count() if use_count is not None else 0
 
 
 def reference_counts(tensors: list) -> list:

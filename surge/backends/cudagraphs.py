@@ -244,6 +244,14 @@ class CudaGraphed:
     # -- recording
 
     def _record(self, args: list, moved: bool):
+        try:
+            return self._try_record(args, moved)
+        except Exception as error:   # never fail the user's program: run in the default mode
+            if args:                  # not consumed yet: the failure came before the replay
+                return self._give_up(args, f"recording failed: {type(error).__name__}: {error}")
+            raise
+
+    def _try_record(self, args: list, moved: bool):
         pool = self.pool
         if moved and len(self.variants) >= MAX_VARIANTS:
             return self._give_up(args, f"{len(self.variants)} recordings of this graph for as many sets of "
