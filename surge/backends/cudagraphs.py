@@ -187,7 +187,7 @@ class CudaGraphed:
     def __init__(self, executable, pool: GraphPool):
         self.executable = executable
         self.pool = pool
-        self.calls = 0
+        self.warmed = False
         self.first_inputs: list = []    # (weak reference, address) of the warmup call's inputs
         self.recorded: RecordedGraph | None = None   # the recording calls replay
         self.variants: list[RecordedGraph] = []      # every recording, one per set of parameter addresses
@@ -208,8 +208,8 @@ class CudaGraphed:
             return self.executable.call_boxed(args)
         recorded = self.recorded
         if recorded is None:
-            if self.calls == 0:
-                self.calls = 1
+            if not self.warmed:
+                self.warmed = True
                 self.executable.warmup()
                 self.first_inputs = [(_weak(a), _pointer(a)) for a in args]
                 return self.executable.call_boxed(args)
