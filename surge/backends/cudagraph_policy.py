@@ -4,7 +4,8 @@ A recorded graph replays the same launches on the same memory, with no Python in
 between. That is only what the Executable computes when:
 
 - every tensor it reads is on the recorder's device (one device): work on CPU
-  tensors is not recorded, so a replay would skip it;
+  tensors is not recorded, so a replay would skip it (a one-element CPU constant of the
+  graph may be read: its value is the same at every call);
 - no launch synchronizes with the host or sizes its result by the data (``item``,
   ``nonzero``, ``masked_select``, ``unique``...): a capture cannot wait for the device,
   and a replay cannot change a result's size;
@@ -79,10 +80,17 @@ def device_problem(tensors: list, device_type: str) -> str | None:
     return None
 
 
+def frozen_constant(value) -> bool:
+    """A one-element CPU constant of the graph (a literal ``torch.tensor(0.5)``): an op reads
+    its value when it is recorded, and it never changes, so the recording may keep it."""
+    return isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.numel() == 1
+
+
 def why_not_recorded(executable, inputs: list, copied: set[int], device_type: str) -> str | None:
     """The reason ``executable`` cannot be recorded for a call on ``inputs`` whose positions
     ``copied`` would be copied into static buffers, or None when it can."""
-    problem = device_problem(list(inputs) + list(executable.constants), device_type)
+    constants = [c for c in executable.constants if not frozen_constant(c)]
+    problem = device_problem(list(inputs) + constants, device_type)
     if problem:
         return problem
     syncing = host_sync_launches(executable.launches)
@@ -101,10 +109,12 @@ class RecordingWatch(TorchDispatchMode):
     it ran: one on or making tensors off the recorder's device (CPU work, whose values the
     recording would freeze), or one that synchronizes with the host."""
 
-    def __init__(self, device_type: str):
+    def __init__(self, device_type: str, constants: list = ()):
         super().__init__()
         self.device_type = device_type
         self.problems: list[str] = []
+        # the graph's frozen constants (``frozen_constant``), by the memory they are in
+        self.frozen = {c.untyped_storage().data_ptr() for c in constants if frozen_constant(c)}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -112,9 +122,11 @@ class RecordingWatch(TorchDispatchMode):
         if packet(name) in HOST_SYNC_OPS:
             self._note(f"it calls {name}, which synchronizes with the host or sizes results by data")
         bookkeeping = _keeps_rng_state_on_host(name)
-        for value in pytree.tree_leaves((args, kwargs, out)):
+        read = pytree.tree_leaves((args, kwargs))
+        for k, value in enumerate(read + pytree.tree_leaves(out)):
             if (isinstance(value, torch.Tensor) and value.device.type != self.device_type
-                    and not (bookkeeping and value.dtype in _RNG_STATE_DTYPES)):
+                    and not (bookkeeping and value.dtype in _RNG_STATE_DTYPES)
+                    and not (k < len(read) and value.untyped_storage().data_ptr() in self.frozen)):
                 self._note(f"{name} runs on {value.device} tensors (recorded work runs on {self.device_type} only)")
                 break
         return out

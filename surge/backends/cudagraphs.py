@@ -275,7 +275,7 @@ class CudaGraphed:
         device = next(a.device for a in args) if args else _constant_device(self.executable)
         if pool.handle is None:
             pool.handle = pool.recorder.new_pool()
-        watch = RecordingWatch(pool.recorder.device_type)
+        watch = RecordingWatch(pool.recorder.device_type, self.executable.constants)
 
         def watched(call_args):
             with watch:

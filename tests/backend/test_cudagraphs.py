@@ -356,3 +356,23 @@ def test_an_output_fed_back_as_the_next_input_is_read_before_it_is_overwritten()
             torch.testing.assert_close(x, expected)
     wrapper, = made
     assert len(wrapper.variants) == 12 and wrapper.not_recorded is None
+
+
+def test_a_one_element_cpu_constant_may_be_read_other_cpu_tensors_may_not():
+    import types
+
+    from surge.backends.cudagraph_policy import RecordingWatch, why_not_recorded
+
+    def executable(constants):
+        return types.SimpleNamespace(constants=constants, launches=[], inputs=[])
+
+    scale, table = torch.tensor(0.5), torch.zeros(3)
+    assert why_not_recorded(executable([scale]), [], set(), "cuda") is None
+    assert "cpu" in why_not_recorded(executable([table]), [], set(), "cuda")
+    watch = RecordingWatch("meta", [scale])
+    with watch:
+        torch.ops.aten.mul.Tensor(torch.ones(2, device="meta"), scale)
+    assert watch.problems == []
+    with watch:
+        torch.ops.aten.add.Tensor(table, 1)
+    assert "aten.add.Tensor runs on cpu" in watch.problems[0]
