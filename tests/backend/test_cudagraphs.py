@@ -301,6 +301,7 @@ def test_expanded_and_strided_inputs_are_copied_as_the_memory_they_cover():
     assert len(copies) == 2 and all(static.span is not None for _, static in copies)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU, test_cudagraphs_gpu.py records real CUDA graphs")
 def test_the_triton_backend_wraps_its_executables_in_the_mode(monkeypatch):
     # the Triton interpreter's CPU tensors stand in for CUDA ones, a CPU recorder for CUDA graphs
     pools = []
