@@ -19,6 +19,7 @@ decisions with a recorder that replays on the CPU (``tests/backend/cudagraph_fak
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Callable
 
 import torch
@@ -58,7 +59,7 @@ class CudaRecorder:
                 try:
                     outputs = fn(list(args))
                 except BaseException:
-                    _end_failed_capture(graph)
+                    _end_failed_capture(graph, pool)
                     raise
                 graph.capture_end()
             current.wait_stream(stream)
@@ -77,10 +78,19 @@ class CudaRecorder:
             pass
 
 
-def _end_failed_capture(graph) -> None:
-    """End a capture that raised: the stream leaves capture mode (the graph is invalid,
-    and ending it raises too, which says nothing new)."""
+def _end_failed_capture(graph, pool) -> None:
+    """End a capture that raised: the stream leaves capture mode (the graph is invalid).
+
+    When the capture itself was invalidated (an operation a capture does not allow, a
+    synchronizing copy say), ending it raises before torch's CUDA random generators leave
+    capture mode, and every later random op of the process would raise "Offset increment
+    outside graph capture". An empty capture on the same stream ends properly and puts the
+    generators back: the failed recording must not change the process's state."""
     try:
         graph.capture_end()
     except Exception:
-        pass
+        empty = torch.cuda.CUDAGraph()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # "the CUDA graph is empty": it is meant to be
+            empty.capture_begin(pool=pool, capture_error_mode="thread_local")
+            empty.capture_end()
