@@ -25,8 +25,10 @@ class Target:
     interpreted: bool = False
     # The default of ``CompileConfig.pad_matmuls``: cuBLAS is slow on misaligned 16-bit rows.
     pads_matmuls: bool = False
-    # Column reductions (``x.sum(0)``) with few column tiles are split in two kernels, for
-    # GPUs; C++ kernels parallelize over column blocks instead.
+    # Reductions that would run in few GPU programs are split in two kernels: column
+    # reductions (``x.sum(0)``, channels-last batch-norm statistics) with few column tiles,
+    # and large reductions over few rows. C++ kernels parallelize over rows and column
+    # blocks instead, and split only rows longer than the split threshold.
     splits_column_reductions: bool = False
     # Float sums over rows move into the row kernel that computes their operands (C++:
     # ``schedule/column_fusion.py``); a GPU runs rows in many programs and keeps them apart.

@@ -86,6 +86,9 @@ class Lowering:
         self._placeholders = 0      # placeholders lowered so far (tensors and sizes)
         self._count = 0
         self._realized: dict = {}   # id(lazy value) -> (the value, its buffer's LazyTensor)
+        # split reductions made so far (split_reduction.py): a value reduced twice alike (a
+        # batch norm's sum, and the mean inside its variance) is reduced once
+        self.split_results: dict = {}
 
     # -- naming and metadata -------------------------------------------------
     def new_name(self) -> str:

@@ -16,19 +16,25 @@ ordinary reductions. The rewrite per kind (the ``split`` rule of reductions.py's
 - argmax/argmin: each chunk's extreme value and its position in the chunk; then
   the chunk with the extreme partial (the first, on ties, as eager) and the
   position it recorded: ``chunk * C + position``.
-- var: two passes over the data, both split: the mean, then the sum of squared
-  deviations from it (as exact as Welford's merge of partial moments, and made
-  of sum reductions only).
+- var: when the chunks divide the row, one pass over the data: each chunk's sum and
+  variance (Welford, in the first kernel), merged exactly in the second (Chan's
+  formula, made of sums); else two passes, both split: the mean, then the sum of
+  squared deviations from it.
 
 A row that the chunks do not divide evenly is padded by masked lanes that hold
-the reduction's neutral element.
+the reduction's neutral element. A value reduced twice alike (a batch norm's sum,
+and the mean inside its variance) is split and reduced once.
 
-Column reductions on GPUs (``x.sum(0)`` of an (8192, 4096) tensor: the bias and
-LayerNorm weight gradients of a training step) have rows enough, but a GPU
-kernel reads them in tiles of ``COLUMN_TILE`` neighbouring columns, so 4096
-columns make only 64 programs. They are split too, with the chunk index
-outermost (partials laid out [S, columns]), so that both kernels still read
-along the columns.
+On a GPU (``target.splits_column_reductions``) the rule is about programs. A row
+reduction runs one program per row, so a large reduction over few rows splits even
+when its rows are shorter than the threshold (an NCHW batch norm's 64 channels of
+16 * 56 * 56 pixels). A *column* reduction, one whose loads run along the results in
+memory (``x.sum(0)`` of a contiguous matrix; a channels-last (N, C, H, W) tensor
+reduced over N, H and W), is read in tiles of ``COLUMN_TILE`` neighbouring columns, so
+4096 columns make only 64 programs, and 64 channels one. It is split with the chunk
+index outermost (partials laid out [S, columns]), so that both kernels still read along
+the columns. Which reductions are column reductions is read from the loads of the value
+being reduced (``reads_along_kept_dims``), as the kernel will read them.
 """
 from __future__ import annotations
 
@@ -39,25 +45,32 @@ import torch
 
 from .ir import Layout
 from .reductions import REDUCTIONS, ReductionKind, reduction_kind
-from .sizes import decompose, product
+from .sizes import decompose, index_symbol, linear_coefficient, product, simplify_with_ranges
 from .tensor import LazyTensor
-from .values import Constant, IndexValue, Masked, Op, cast
+from .values import Constant, IndexValue, Load, Masked, Op, cast, walk
 
-# Split a reduction of at least this many elements per row ...
+# Split a reduction of at least this many elements per row (the config's threshold) ...
 SPLIT_REDUCTION_MIN_ELEMENTS = 65536
 # ... into chunks so that all rows together make about this many programs ...
 TARGET_PROGRAMS = 1024
-# ... each chunk holding at least threshold / CHUNK_DIVISOR elements.
+# ... each chunk holding at least threshold / CHUNK_DIVISOR elements. On a target that fills
+# GPU programs, few rows of fewer elements split too when all rows together hold
+# CHUNK_DIVISOR times the threshold (a batch norm's 64 channels of 16 * 56 * 56 pixels).
 CHUNK_DIVISOR = 16
-# Neighbouring columns one GPU program of a column reduction reads (Triton's column tiles),
-# and the fewest elements of a column per chunk.
+# Neighbouring columns one GPU program of a column reduction reads (Triton's column tiles);
+# each program of a split's first stage reads at least threshold / CHUNK_DIVISOR elements.
 COLUMN_TILE = 64
-MIN_COLUMN_CHUNK = 256
 
 
-def plan_split(rows: int, rnumel: int, threshold: int):
-    """(chunks, chunk size), or None when the reduction has rows enough or is small."""
-    if rnumel < threshold or rows >= TARGET_PROGRAMS // 2:
+def plan_split(rows: int, rnumel: int, threshold: int, fills_programs: bool = False):
+    """(chunks, chunk size) of a reduction over ``rows`` rows of ``rnumel`` elements read along
+    the rows, or None when it has rows enough or is small. A GPU kernel runs one program per
+    row (``fills_programs``): a large reduction over few rows splits even with short rows."""
+    if rows >= TARGET_PROGRAMS // 2:
+        return None
+    long_rows = rnumel >= threshold
+    large = fills_programs and rows * rnumel >= threshold * CHUNK_DIVISOR
+    if not (long_rows or large):
         return None
     min_chunk = max(threshold // CHUNK_DIVISOR, 2)
     splits = min(TARGET_PROGRAMS // rows, rnumel // min_chunk)
@@ -78,23 +91,52 @@ def _chunks(rnumel: int, splits: int) -> tuple:
 
 
 def splits_columns(target) -> bool:
-    """Column reductions are split for GPU kernels; C++ kernels parallelize over column blocks."""
+    """Whether reductions are split to fill GPU programs (column tiles, few long rows); C++
+    kernels parallelize over rows and column blocks instead."""
     return target.splits_column_reductions
 
 
-def is_column_reduction(shape, dims) -> bool:
-    """Every reduced dim comes before every kept dim (of size > 1): in a contiguous tensor,
-    neighbouring results read neighbouring elements."""
-    kept = [d for d in range(len(shape)) if d not in dims and shape[d] != 1]
-    return bool(kept) and max(dims) < min(kept)
+def reads_along_kept_dims(t: LazyTensor, dims) -> bool:
+    """Whether reducing ``t`` over ``dims`` reads memory along the results: the loads have
+    stride 1 along the innermost kept dim and not along a reduced one. A kernel then reads
+    neighbouring results' elements together (a column reduction, ``x.sum(0)`` of a
+    contiguous matrix), whatever the logical order: a channels-last (N, C, H, W) tensor
+    reduced over N, H and W is one, the same reduction over a contiguous one is not."""
+    kept = [d for d in range(t.ndim) if d not in dims and t.shape[d] != 1]
+    reduced = [d for d in dims if t.shape[d] != 1]
+    if not kept or not reduced:
+        return False
+    symbols = [index_symbol("i", k) for k in range(t.ndim)]
+    bounds = dict(zip(symbols, t.shape))
+    along = across = 0
+    for value in walk(t.load(symbols)):
+        if not isinstance(value, Load) or value.indirect:
+            continue
+        index = simplify_with_ranges(value.index, bounds)
+        if not any(symbols[d] in index.free_symbols for d in reduced):
+            continue   # a per-result operand (a mean, a weight): read once per result either way
+        inner = linear_coefficient(index, symbols[kept[-1]])
+        strides = [linear_coefficient(index, symbols[d]) for d in reduced]
+        if inner == 1 and all(c is not None and c != 1 for c in strides):
+            along += 1
+        else:
+            across += 1
+    return along > 0 and along >= across
 
 
-def plan_column_split(columns: int, rnumel: int):
-    """(chunks, chunk size) for a GPU column reduction with too few column tiles, or None."""
+def plan_column_split(columns: int, rnumel: int, threshold: int = SPLIT_REDUCTION_MIN_ELEMENTS):
+    """(chunks, chunk size) for a GPU column reduction with too few column tiles, or None.
+
+    A column program loops over its rows, one short step of ``COLUMN_TILE`` columns at a
+    time, so both stages take as many steps as they read rows per column: about
+    sqrt(rnumel) chunks balance them (a batch norm's 64 channels of 50176 pixels: 224 chunks
+    of 224 rows), as long as the column tiles times the chunks stay within
+    ``TARGET_PROGRAMS`` and a chunk holds ``threshold / CHUNK_DIVISOR`` elements."""
     tiles = -(-columns // COLUMN_TILE)
     if tiles >= TARGET_PROGRAMS // 2:
         return None
-    splits = min(TARGET_PROGRAMS // tiles, rnumel // MIN_COLUMN_CHUNK)
+    min_chunk = max(-(-threshold // (CHUNK_DIVISOR * min(columns, COLUMN_TILE))), 2)
+    splits = min(TARGET_PROGRAMS // tiles, math.isqrt(rnumel - 1) + 1, rnumel // min_chunk)
     if splits < 2:
         return None
     return _chunks(rnumel, splits)
@@ -115,6 +157,10 @@ class _Split:
         self.splits, self.chunk = splits, chunk
         # the result with every reduced dim kept (size 1)
         self.kept_shape = [sympy.Integer(1) if d in dims else s for d, s in enumerate(t.shape)]
+
+    def key(self) -> tuple:
+        """What makes two splits of one value the same split."""
+        return tuple(self.dims), self.splits, self.chunk, self.chunks_first
 
     def partial_index(self, outer_index: list, chunk) -> list:
         """The index of a partial: its row's outer index and its chunk."""
@@ -174,10 +220,12 @@ def split_reduction(ctx, t: LazyTensor, dims, keepdim: bool, reduction_type: str
     rnumel = ctx.sizes.static(product(t.shape[d] for d in dims))
     if not t.ndim or not dims or rows is None or rnumel is None:
         return None
-    plan = plan_split(rows, rnumel, threshold)
-    columns = plan is None and splits_columns(ctx.target) and is_column_reduction(t.shape, dims)
+    fills_programs = splits_columns(ctx.target)
+    columns = fills_programs and reads_along_kept_dims(t, dims)
     if columns:
-        plan = plan_column_split(rows, rnumel)
+        plan = plan_column_split(rows, rnumel, threshold)
+    else:
+        plan = plan_split(rows, rnumel, threshold, fills_programs)
     if plan is None:
         return None
     split = _Split(t, list(dims), rnumel, *plan, chunks_first=columns)
@@ -185,6 +233,8 @@ def split_reduction(ctx, t: LazyTensor, dims, keepdim: bool, reduction_type: str
     if kind.split == "arg":
         return _split_arg(ctx, split, kind, keepdim)
     if kind.split == "two_pass":
+        if split.splits * split.chunk == split.rnumel:   # every chunk full: merge its moments
+            return _split_moments(ctx, split, dtype, acc_dtype, correction, keepdim)
         return _split_var(ctx, split, dtype, acc_dtype, correction, keepdim)
     assert kind.split == "same", kind
     return split.finish(ctx, _two_stage(ctx, split, t, reduction_type, dtype, acc_dtype), keepdim)
@@ -192,10 +242,29 @@ def split_reduction(ctx, t: LazyTensor, dims, keepdim: bool, reduction_type: str
 
 def _two_stage(ctx, split: _Split, source: LazyTensor, kind: str, dtype, acc_dtype) -> LazyTensor:
     """``kind`` over chunks into partials (accumulator dtype), then over the partials: kept shape."""
-    last = len(split.outer) + 1
-    partial = ctx.reduction(split.chunks(source, kind), [last], False, kind, acc_dtype, acc_dtype, split=False)
-    return ctx.reduction(split.partials_by_row(partial), [len(split.kept_shape)], False, kind, dtype, acc_dtype,
-                         split=False)
+    def build():
+        partials = split.partials_by_row(_partials(ctx, split, source, kind, acc_dtype))
+        return ctx.reduction(partials, [len(split.kept_shape)], False, kind, dtype, acc_dtype, split=False)
+    return _reused(ctx, ("total", split.key(), kind, dtype, acc_dtype), source, build)
+
+
+def _partials(ctx, split: _Split, source: LazyTensor, kind: str, acc_dtype) -> LazyTensor:
+    """``kind`` over each chunk of ``source``: the partials, [outer..., S] or [S, outer...]."""
+    def build():
+        return ctx.reduction(split.chunks(source, kind), [len(split.outer) + 1], False, kind, acc_dtype,
+                             acc_dtype, split=False)
+    return _reused(ctx, ("partials", split.key(), kind, acc_dtype), source, build)
+
+
+def _reused(ctx, key: tuple, source: LazyTensor, build) -> LazyTensor:
+    """``build()``, or what it gave for the same ``key`` and the same ``source`` value before."""
+    key = (id(source),) + key
+    found = ctx.split_results.get(key)
+    if found is not None and found[0] is source:
+        return found[1]
+    result = build()
+    ctx.split_results[key] = (source, result)
+    return result
 
 
 def _split_arg(ctx, split: _Split, kind: ReductionKind, keepdim: bool) -> LazyTensor:
@@ -230,6 +299,31 @@ def _split_var(ctx, split: _Split, dtype, acc_dtype, correction: float, keepdim:
     squares = LazyTensor(source.shape, acc_dtype, source.device, loader=deviation)
     squares.origins = source.origins
     m2 = _two_stage(ctx, split, squares, "sum", acc_dtype, acc_dtype)
+    denominator = Constant(max(float(split.rnumel - correction), 0.0), acc_dtype)
+
+    def load(idx):
+        return cast(Op("truediv", [m2.load(idx), denominator], acc_dtype), dtype)
+    return split.finish(ctx, LazyTensor(split.kept_shape, dtype, source.device, loader=load), keepdim)
+
+
+def _split_moments(ctx, split: _Split, dtype, acc_dtype, correction: float, keepdim: bool) -> LazyTensor:
+    """var in one pass over the data: each chunk's sum and squared deviations from its own
+    mean (Welford, in the chunk's kernel), then the chunks merged exactly (Chan et al.):
+    M2 = sum(m2_i + C * (mean_i - mean)**2). Needs full chunks (C elements each)."""
+    source = split.t
+    sums_by_row = split.partials_by_row(_partials(ctx, split, source, "sum", acc_dtype))
+    variances_by_row = split.partials_by_row(_partials(ctx, split, source, "var", acc_dtype))
+    total = _two_stage(ctx, split, source, "sum", acc_dtype, acc_dtype)
+    row = len(split.kept_shape)
+    c, n = Constant(float(split.chunk), acc_dtype), Constant(float(split.rnumel), acc_dtype)
+
+    def merged(idx):
+        mean = Op("truediv", [total.load(idx[:-1]), n], acc_dtype)
+        d = Op("sub", [Op("truediv", [sums_by_row.load(idx), c], acc_dtype), mean], acc_dtype)
+        between = Op("mul", [c, Op("mul", [d, d], acc_dtype)], acc_dtype)
+        return Op("add", [Op("mul", [variances_by_row.load(idx), c], acc_dtype), between], acc_dtype)
+    m2 = ctx.reduction(LazyTensor(sums_by_row.shape, acc_dtype, source.device, loader=merged), [row], False,
+                       "sum", acc_dtype, acc_dtype, split=False)
     denominator = Constant(max(float(split.rnumel - correction), 0.0), acc_dtype)
 
     def load(idx):

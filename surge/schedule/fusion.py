@@ -10,8 +10,9 @@ same inputs) when the fusion is legal, else starts a new group:
 - everything else it reads is ready before the group runs.
 
 Vertical fusion (producer into consumer), reductions with their prologues
-and epilogues, and horizontal fusion (siblings reading the same data) all
-come from this one rule. Nothing is recomputed: each member is computed once.
+and epilogues, and horizontal fusion (siblings reading the same data, or results
+of one kernel: the second stages of two split sums) all come from this one rule.
+Nothing is recomputed: each member is computed once.
 """
 from __future__ import annotations
 
@@ -115,12 +116,15 @@ def fuse(graph: LoopGraph) -> list:
             producer_step[buf.name] = step.index
             continue
         reads = read_buffers(buf)
+        read_kernels = _kernels_read(reads, producer_step, steps)
         best, best_score = None, 0
         for step in steps:
             if not isinstance(step, KernelGroup):
                 continue
             members = {n.name for n in step.nodes}
             score = 2 * len(reads & members) + len(reads & group_reads[step.index])
+            if not score and read_kernels & _kernels_read(group_reads[step.index], producer_step, steps):
+                score = 0.5   # siblings: both read results of one kernel
             if score > best_score and _fits(step, buf, producer_step, graph.sizes):
                 best, best_score = step, score
         if best is None:
@@ -135,6 +139,12 @@ def fuse(graph: LoopGraph) -> list:
         producer_step[buf.name] = best.index
     merge_groups(steps, producer_step, graph.sizes)
     return steps
+
+
+def _kernels_read(reads: set, producer_step: dict, steps: list) -> set:
+    """The kernel groups that computed any of ``reads``."""
+    return {producer_step[n] for n in reads
+            if n in producer_step and isinstance(steps[producer_step[n]], KernelGroup)}
 
 
 def merge_groups(steps: list, producer_step: dict, sizes) -> None:

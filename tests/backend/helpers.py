@@ -19,8 +19,8 @@ def aten_graph(fn, *inputs) -> torch.fx.GraphModule:
     return make_fx(fn, decomposition_table=torch._decomp.core_aten_decompositions())(*inputs)
 
 
-def schedule_of(fn, *inputs):
-    graph, _ = lower_graph(aten_graph(fn, *inputs), list(inputs))
+def schedule_of(fn, *inputs, target=None, config=None):
+    graph, _ = lower_graph(aten_graph(fn, *inputs), list(inputs), target=target, config=config)
     return schedule_graph(graph)
 
 
