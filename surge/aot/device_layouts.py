@@ -118,6 +118,13 @@ class ChannelsLastConvolutions:
     channels-last already. Applied only to graphs whose inputs are not channels-last
     (there eager's layouts are already what cuDNN wants), and the graph's 4-d outputs go
     back to eager's contiguous layout, so callers see eager's strides.
+
+    Training graphs too: the backward's convolutions then take and give channels-last
+    gradients (cuDNN's NHWC kernels, no transposes), and the gradients of the graph's
+    inputs and parameters go back to the inputs' own layouts, as eager gives them (a
+    convolution's weight gradient comes out channels-last from a channels-last input).
+    Their batch-norm statistics become column reductions over few channels, which
+    ``lowering/split_reduction.py`` spreads over many programs.
     """
 
     # The device whose convolutions prefer channels-last (a class attribute: tests run the
@@ -145,6 +152,13 @@ class ChannelsLastConvolutions:
             return args
         self.fired = True
         return (x.contiguous(memory_format=torch.channels_last),) + tuple(args[1:])
+
+    def gradient(self, grad, inp):
+        """The gradient of graph input ``inp`` as eager lays it out: a channels-last gradient
+        of an input that is not channels-last, contiguous."""
+        if self.fired and _channels_last(grad) and not _channels_last(inp):
+            return grad.contiguous()
+        return grad
 
     def output(self, t):
         """A graph output as eager lays it out: computed 4-d channels-last results contiguous."""

@@ -95,20 +95,51 @@ def test_a_view_that_needs_eagers_layout_traces_without_the_policy(policy_on_cpu
     assert "memory_format = torch.channels_last" not in _aten_graphs(tmp_path)
 
 
-def test_training_graphs_keep_eagers_layouts(policy_on_cpu, tmp_path):
+class _BnNet(nn.Module):
+    """Convolutions with batch norms, a residual and a pooled head: a ResNet block in small."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn_a = nn.BatchNorm2d(8)
+        self.b = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn_b = nn.BatchNorm2d(8)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = torch.relu(self.bn_a(self.a(x)))
+        y = torch.relu(self.bn_b(self.b(y)) + y)
+        return self.head(y.mean((2, 3))), y
+
+
+def test_training_graphs_run_channels_last_with_eagers_layouts_outside(policy_on_cpu, tmp_path):
     torch.manual_seed(0)
-    net = _Net()
-    ref_net = _Net()
+    net = _BnNet()
+    ref_net = _BnNet()
     ref_net.load_state_dict(net.state_dict())
-    x = torch.randn(2, 3, 12, 12)
+    x = torch.randn(2, 3, 8, 8)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
     compiled = surge.compile(net, backend="cpp", options={"debug_dir": str(tmp_path)})
+    surge.counters.reset()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = compiled(x).float().square().mean()
-        ref = ref_net(x).float().square().mean()
+        out = compiled(xa)
+        ref = ref_net(xb)
+    loss = sum(o.float().square().mean() for o in out)
+    ref_loss = sum(o.float().square().mean() for o in ref)
     loss.backward()
-    ref.backward()
-    torch.testing.assert_close(loss, ref, rtol=2e-2, atol=2e-2)
+    ref_loss.backward()
+    assert surge.counters["fallbacks"] == 0
+    torch.testing.assert_close(loss, ref_loss, rtol=2e-2, atol=2e-2)
+    for o, r in zip(out, ref):
+        assert o.stride() == r.stride()        # eager's layouts for the outputs ...
+    torch.testing.assert_close(xa.grad, xb.grad, rtol=5e-2, atol=5e-2)
+    assert xa.grad.stride() == xb.grad.stride()
     for p, q in zip(net.parameters(), ref_net.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=5e-2, atol=5e-2)
-        assert p.grad.stride() == q.grad.stride()
-    assert "memory_format = torch.channels_last" not in _aten_graphs(tmp_path)
+        assert p.grad.stride() == q.grad.stride()   # ... and for the gradients
+    graphs = _aten_graphs(tmp_path)
+    assert graphs.count("memory_format = torch.channels_last") == 1   # before the first convolution
+    # the backward's convolutions give channels-last gradients; the input's and the weights'
+    # leave the graph in eager's layout (a leaf's .grad would hide it: autograd copies)
+    backward = "\n".join(p.read_text() for p in tmp_path.rglob("aten_backward.py"))
+    assert backward.count("memory_format = torch.contiguous_format") == 3

@@ -55,3 +55,40 @@ def test_16_bit_convnet_matches_eager_with_eagers_output_layout(flatten_with_vie
         # cuDNN returns its NHWC results as they are: no transpose back to NCHW after a
         # convolution (ATen still converts the NCHW weights, with a copy kernel)
         assert not [k for k in kernels if "nhwcToNchw" in k], kernels
+
+
+class _BnBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 64, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(64)
+        self.conv2 = nn.Conv2d(64, 64, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(64)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + y).mean((2, 3))
+
+
+def test_autocast_training_runs_channels_last_with_eagers_gradient_layouts(tmp_path):
+    import copy
+
+    torch.manual_seed(0)
+    net = _BnBlock().cuda()
+    ref_net = copy.deepcopy(net)
+    x = torch.randn(8, 3, 32, 32, device="cuda")
+    compiled = surge.compile(net, options={"debug_dir": str(tmp_path)})
+    surge.counters.reset()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = compiled(x).float().square().mean()
+        ref = ref_net(x).float().square().mean()
+    loss.backward()
+    ref.backward()
+    assert surge.counters["fallbacks"] == 0
+    torch.testing.assert_close(loss, ref, rtol=3e-2, atol=3e-2)
+    for p, q in zip(net.parameters(), ref_net.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=5e-2, atol=5e-2)
+        assert p.grad.stride() == q.grad.stride()
+    torch.testing.assert_close(net.bn.running_var, ref_net.bn.running_var, rtol=1e-2, atol=1e-2)
+    graphs = "\n".join(p.read_text() for p in tmp_path.rglob("aten_*.py") if "." not in p.stem)
+    assert "memory_format = torch.channels_last" in graphs
