@@ -149,7 +149,11 @@ def _in_place_donor(group: KernelGroup, name: str, candidates: set, by_name: dic
     - the group is pointwise (no reduction, no column sum): in a reduction kernel an
       element may be read by one pass over a row and again by a later one (a looped
       softmax's epilogue reloads its input after the max and sum passes), and the C++
-      row kernels cache rows and run their r loop twice (``vector16``);
+      row kernels cache rows and run their r loop twice (``vector16``). Per-row values
+      are the exception: an ``x`` member of a reduction group is computed once per row,
+      after the row's reductions, and stored there, so a donor that only such members
+      read, directly or through one another (a batch norm's running mean, updated from
+      the batch mean), is read before the store;
     - the donor has the output's size, layout and dtype (``_in_place_key``), and the
       layout never stores two elements at one address;
     - every member reads the donor directly (no gather) at the very element the kernel
@@ -163,7 +167,10 @@ def _in_place_donor(group: KernelGroup, name: str, candidates: set, by_name: dic
       runs again as scalar code over a block where it met a NaN or denormal, and would
       read what the first run wrote.
     """
-    if group.is_reduction or group.r_ranges or group.columns:
+    if group.columns:
+        return None
+    per_row_only = group.is_reduction or bool(group.r_ranges)
+    if per_row_only and group.role(group.member(name)) != "x":
         return None
     out = by_name[name]
     if out.layout.offset != 0 or not _non_overlapping(out.layout):
@@ -184,6 +191,8 @@ def _in_place_donor(group: KernelGroup, name: str, candidates: set, by_name: dic
         for node in group.nodes:   # dependency order: readers of readers come later
             if reads[node.name] & dependent:
                 dependent.add(node.name)
+        if per_row_only and any(group.role(group.member(d)) != "x" for d in dependent):
+            continue
         if name in dependent and dependent <= up_to_output:
             return donor
     return None

@@ -135,3 +135,14 @@ def test_split_statistics_train_as_eager(backend, channels_last, gpu_like_splits
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(model.bn.running_mean, reference.bn.running_mean)
     torch.testing.assert_close(model.bn.running_var, reference.bn.running_var)
+
+
+@pytest.mark.parametrize("target", [GPU_LIKE, dataclasses.replace(GPU_LIKE, splits_column_reductions=False)])
+def test_running_statistics_are_stored_into_the_buffers_by_the_reduction_kernel(target):
+    (forward, inputs), _ = _training_graphs(channels_last=True)
+    graph, _ = lower_graph(forward, inputs, target=target, config=SMALL_SPLITS)
+    schedule = schedule_graph(graph)
+    # running mean and variance (per-channel values of the statistics' last kernel) and the
+    # step counter go straight into the module's buffers: no copy per buffer after the kernels
+    assert [str(e.buffer.op) for e in schedule.externs] == ["aten.convolution.default"]
+    assert len(schedule.input_stores) == 3
