@@ -128,6 +128,8 @@ def fuse(graph: LoopGraph) -> list:
             if score > best_score and _fits(step, buf, producer_step, graph.sizes):
                 best, best_score = step, score
         if best is None:
+            best = _small_pointwise_sibling(steps, buf, producer_step, graph.sizes)
+        if best is None:
             best = KernelGroup(len(steps), tuple(buf.ranges),
                                tuple(buf.reduction_ranges) if buf.is_reduction else (), [])
             steps.append(best)
@@ -139,6 +141,19 @@ def fuse(graph: LoopGraph) -> list:
         producer_step[buf.name] = best.index
     merge_groups(steps, producer_step, graph.sizes)
     return steps
+
+
+def _small_pointwise_sibling(steps: list, buf: ComputedBuffer, producer_step: dict, sizes):
+    """A pointwise group over exactly ``buf``'s small space that ``buf`` fits, though they
+    share no data: each such kernel costs a launch for a few elements (a batch norm's step
+    counter, one per layer)."""
+    if buf.is_reduction or sizes.size_hint(product(buf.ranges)) > SMALL_KERNEL_ELEMENTS:
+        return None
+    for step in reversed(steps):
+        if (isinstance(step, KernelGroup) and not step.is_reduction and not step.r_ranges
+                and tuple(step.x_ranges) == tuple(buf.ranges) and _fits(step, buf, producer_step, sizes)):
+            return step
+    return None
 
 
 def _kernels_read(reads: set, producer_step: dict, steps: list) -> set:

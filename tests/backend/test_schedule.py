@@ -144,3 +144,25 @@ def test_a_group_does_not_move_past_a_write_into_what_it_reads():
     for got, want in zip(actual, expected):
         torch.testing.assert_close(got, want)
     torch.testing.assert_close(x2, x * 2)
+
+
+def test_small_independent_pointwise_work_over_one_space_shares_a_kernel():
+    # a step counter per batch-norm layer: one launch for all of them, not one each
+    counters = [torch.zeros((), dtype=torch.int64) for _ in range(3)]
+    fn = lambda a, b, c: (a + 1, b + 1, c + 1)   # noqa: E731
+    assert len(schedule_of(fn, *counters).kernels) == 1
+    compiled = compile_fn(fn, *counters)
+    assert_matches_eager(fn, compiled, *counters)
+    # large ones keep their own kernels: a launch is cheap next to their memory traffic
+    big = [torch.randn(300, 300) for _ in range(2)]
+    assert len(schedule_of(lambda a, b: (a * 2, b * 3), *big).kernels) == 2
+
+
+def test_second_stages_of_sibling_split_sums_share_a_kernel():
+    from surge.options import CompileConfig
+
+    # two sums over rows of the same space read two partials of one first-stage kernel
+    x, y = torch.randn(4, 4096), torch.randn(4, 4096)
+    schedule = schedule_of(lambda x, y: (x.sum(1), (x * y).sum(1)), x, y,
+                           config=CompileConfig(split_reduction_min_elements=1024))
+    assert len(schedule.kernels) == 2, str(schedule)
