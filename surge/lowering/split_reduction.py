@@ -28,7 +28,8 @@ and the mean inside its variance) is split and reduced once.
 On a GPU (``target.splits_column_reductions``) the rule is about programs. A row
 reduction runs one program per row, so a large reduction over few rows splits even
 when its rows are shorter than the threshold (an NCHW batch norm's 64 channels of
-16 * 56 * 56 pixels). A *column* reduction, one whose loads run along the results in
+16 * 56 * 56 pixels), unless a row fits one persistent tile (the config's
+``persistent_reduction_limit``), where the epilogue works on the row in registers. A *column* reduction, one whose loads run along the results in
 memory (``x.sum(0)`` of a contiguous matrix; a channels-last (N, C, H, W) tensor
 reduced over N, H and W), is read in tiles of ``COLUMN_TILE`` neighbouring columns, so
 4096 columns make only 64 programs, and 64 channels one. It is split with the chunk
@@ -220,12 +221,14 @@ def split_reduction(ctx, t: LazyTensor, dims, keepdim: bool, reduction_type: str
     rnumel = ctx.sizes.static(product(t.shape[d] for d in dims))
     if not t.ndim or not dims or rows is None or rnumel is None:
         return None
-    fills_programs = splits_columns(ctx.target)
-    columns = fills_programs and reads_along_kept_dims(t, dims)
+    columns = splits_columns(ctx.target) and reads_along_kept_dims(t, dims)
     if columns:
         plan = plan_column_split(rows, rnumel, threshold)
     else:
-        plan = plan_split(rows, rnumel, threshold, fills_programs)
+        # a row that one tile holds runs persistent, its epilogue fused on the row in registers
+        # (a LayerNorm): split, it would be read again by the epilogue's own kernel
+        looped = rnumel > ctx.config.persistent_reduction_limit
+        plan = plan_split(rows, rnumel, threshold, splits_columns(ctx.target) and looped)
     if plan is None:
         return None
     split = _Split(t, list(dims), rnumel, *plan, chunks_first=columns)

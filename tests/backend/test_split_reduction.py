@@ -136,3 +136,21 @@ def test_the_threshold_is_an_option_of_surge_compile(backend):
     whole = surge.compile(lambda x: x.sum(), backend=backend)
     torch.testing.assert_close(whole(x), x.sum(), rtol=1e-5, atol=1e-4)
     assert surge.counters["kernels"] == 1
+
+
+def test_few_short_rows_split_on_a_gpu_only_when_they_loop():
+    import dataclasses
+
+    from surge.options import CompileConfig
+    from surge.target import triton_target
+
+    gpu_like = dataclasses.replace(triton_target("cpu", interpreted=True), splits_column_reductions=True)
+    x = torch.randn(32, 600)   # rows under the threshold, all of them 16x over it
+    looped = CompileConfig(split_reduction_min_elements=1024, persistent_reduction_limit=256)
+    assert len(schedule_of(lambda x: x.sum(1), x, target=gpu_like, config=looped).kernels) == 2
+    # a row one persistent tile holds stays one kernel (its epilogue works on it in registers)
+    persistent = CompileConfig(split_reduction_min_elements=1024)
+    assert len(schedule_of(lambda x: x.sum(1), x, target=gpu_like, config=persistent).kernels) == 1
+    # and a target that does not fill GPU programs splits only rows over the threshold
+    cpu_like = dataclasses.replace(gpu_like, splits_column_reductions=False)
+    assert len(schedule_of(lambda x: x.sum(1), x, target=cpu_like, config=looped).kernels) == 1
