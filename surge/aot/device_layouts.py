@@ -103,8 +103,23 @@ def _computes_in_16_bit(x: torch.Tensor) -> bool:
 
 
 def _channels_last(t) -> bool:
-    return isinstance(t, torch.Tensor) and t.dim() == 4 and not t.is_contiguous() and \
-        t.is_contiguous(memory_format=torch.channels_last)
+    """Strided exactly as channels-last and not as contiguous: also where dims of size 1 make
+    both layouts "contiguous" to torch (a 1x1 convolution's weight, a pooled (N, C, 1, 1)),
+    which still differ in strides from what eager gives."""
+    if not isinstance(t, torch.Tensor) or t.dim() != 4:
+        return False
+    shape = tuple(t.shape)
+    return tuple(t.stride()) == _strides(shape, torch.channels_last) != _strides(shape, torch.contiguous_format)
+
+
+def _strides(shape: tuple, memory_format) -> tuple:
+    return tuple(torch.empty(shape, device="meta", memory_format=memory_format).stride())
+
+
+def _eagers(t):
+    """``t`` with row-major strides (``contiguous()`` would keep a tensor torch already calls
+    contiguous)."""
+    return t.clone(memory_format=torch.contiguous_format)
 
 
 class ChannelsLastConvolutions:
@@ -157,12 +172,12 @@ class ChannelsLastConvolutions:
         """The gradient of graph input ``inp`` as eager lays it out: a channels-last gradient
         of an input that is not channels-last, contiguous."""
         if self.fired and _channels_last(grad) and not _channels_last(inp):
-            return grad.contiguous()
+            return _eagers(grad)
         return grad
 
     def output(self, t):
         """A graph output as eager lays it out: computed 4-d channels-last results contiguous."""
         if self.fired and _channels_last(t) and getattr(t, "_alias", None) is not None \
                 and t._alias.storage.input_index is None and not t._alias.storage.constant:
-            return t.contiguous()
+            return _eagers(t)
         return t

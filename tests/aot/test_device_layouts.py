@@ -104,12 +104,14 @@ class _BnNet(nn.Module):
         self.bn_a = nn.BatchNorm2d(8)
         self.b = nn.Conv2d(8, 8, 3, padding=1, bias=False)
         self.bn_b = nn.BatchNorm2d(8)
+        self.down = nn.Conv2d(8, 8, 1, bias=False)   # a 1x1 weight: channels-last strides differ
         self.head = nn.Linear(8, 4)
 
     def forward(self, x):
         y = torch.relu(self.bn_a(self.a(x)))
-        y = torch.relu(self.bn_b(self.b(y)) + y)
-        return self.head(y.mean((2, 3))), y
+        y = torch.relu(self.bn_b(self.b(y)) + self.down(y))
+        pooled = y.mean((2, 3), keepdim=True)        # (N, C, 1, 1): likewise
+        return self.head(pooled.flatten(1)), y, pooled
 
 
 def test_training_graphs_run_channels_last_with_eagers_layouts_outside(policy_on_cpu, tmp_path):
@@ -142,4 +144,4 @@ def test_training_graphs_run_channels_last_with_eagers_layouts_outside(policy_on
     # the backward's convolutions give channels-last gradients; the input's and the weights'
     # leave the graph in eager's layout (a leaf's .grad would hide it: autograd copies)
     backward = "\n".join(p.read_text() for p in tmp_path.rglob("aten_backward.py"))
-    assert backward.count("memory_format = torch.contiguous_format") == 3
+    assert backward.count("memory_format = torch.contiguous_format") == 4
