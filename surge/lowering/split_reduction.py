@@ -114,8 +114,9 @@ def reads_along_kept_dims(t: LazyTensor, dims) -> bool:
         if not isinstance(value, Load) or value.indirect:
             continue
         index = simplify_with_ranges(value.index, bounds)
-        if not any(symbols[d] in index.free_symbols for d in reduced):
-            continue   # a per-result operand (a mean, a weight): read once per result either way
+        if not (any(symbols[d] in index.free_symbols for d in reduced)
+                and any(symbols[d] in index.free_symbols for d in kept)):
+            continue   # per result (a weight) or per reduced row (a row's mean): a broadcast
         inner = linear_coefficient(index, symbols[kept[-1]])
         strides = [linear_coefficient(index, symbols[d]) for d in reduced]
         if inner == 1 and all(c is not None and c != 1 for c in strides):

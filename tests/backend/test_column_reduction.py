@@ -65,8 +65,8 @@ def test_column_split_plan():
     assert plan_column_split(8, 32, threshold=THRESHOLD) == (4, 8)   # the threshold sets the smallest chunk
 
 
-def _strided(shape, stride) -> LazyTensor:
-    return LazyTensor.of_buffer("buf", Layout(tuple(shape), tuple(stride), 0), torch.float32, "cpu")
+def _strided(shape, stride, name: str = "buf") -> LazyTensor:
+    return LazyTensor.of_buffer(name, Layout(tuple(shape), tuple(stride), 0), torch.float32, "cpu")
 
 
 def test_a_column_reduction_is_told_by_the_memory_order_of_its_loads():
@@ -121,3 +121,18 @@ def test_layernorm_mlp_gradients_with_split_column_reductions(gpu_like_splits):
     reference(x).square().mean().backward()
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4)
+
+
+def test_per_row_operands_do_not_outvote_the_column_reads():
+    # a LayerNorm weight's gradient: sum over tokens of dy * (x - mean[t]) * rstd[t] * s[t]
+    dy, x = _strided((512, 64), (64, 1), "dy"), _strided((512, 64), (64, 1), "x")
+    stats = [_strided((512, 1), (1, 1), f"stat{k}") for k in range(3)]
+
+    def load(idx):
+        from surge.lowering.values import Op
+
+        v = Op("sub", [x.load(idx), stats[0].load([idx[0], 0])], torch.float32)
+        for s in stats[1:]:
+            v = Op("mul", [v, s.load([idx[0], 0])], torch.float32)
+        return Op("mul", [dy.load(idx), v], torch.float32)
+    assert reads_along_kept_dims(LazyTensor((512, 64), torch.float32, "cpu", loader=load), [0])
