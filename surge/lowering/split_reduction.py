@@ -29,8 +29,8 @@ On a GPU (``target.splits_column_reductions``) the rule is about programs. A row
 reduction runs one program per row, so a large reduction over few rows splits even
 when its rows are shorter than the threshold (an NCHW batch norm's 64 channels of
 16 * 56 * 56 pixels), unless a row fits one persistent tile (the config's
-``persistent_reduction_limit``), where the epilogue works on the row in registers. A *column* reduction, one whose loads run along the results in
-memory (``x.sum(0)`` of a contiguous matrix; a channels-last (N, C, H, W) tensor
+``persistent_reduction_limit``), where the epilogue works on the row in registers.
+A *column* reduction, one whose loads run along the results in memory (``x.sum(0)`` of a contiguous matrix; a channels-last (N, C, H, W) tensor
 reduced over N, H and W), is read in tiles of ``COLUMN_TILE`` neighbouring columns, so
 4096 columns make only 64 programs, and 64 channels one. It is split with the chunk
 index outermost (partials laid out [S, columns]), so that both kernels still read along

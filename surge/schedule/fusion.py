@@ -109,6 +109,7 @@ def fuse(graph: LoopGraph) -> list:
     steps: list = []
     producer_step: dict[str, int] = {}
     group_reads: dict[int, set] = {}
+    group_kernels: dict[int, set] = {}   # the kernel groups whose results a group reads
     for buf in graph.buffers:
         if isinstance(buf, ExternBuffer):
             step = ExternStep(len(steps), buf)
@@ -123,7 +124,7 @@ def fuse(graph: LoopGraph) -> list:
                 continue
             members = {n.name for n in step.nodes}
             score = 2 * len(reads & members) + len(reads & group_reads[step.index])
-            if not score and read_kernels & _kernels_read(group_reads[step.index], producer_step, steps):
+            if not score and read_kernels & group_kernels[step.index]:
                 score = 0.5   # siblings: both read results of one kernel
             if score > best_score and _fits(step, buf, producer_step, graph.sizes):
                 best, best_score = step, score
@@ -134,10 +135,12 @@ def fuse(graph: LoopGraph) -> list:
                                tuple(buf.reduction_ranges) if buf.is_reduction else (), [])
             steps.append(best)
             group_reads[best.index] = set()
+            group_kernels[best.index] = set()
         else:
             best.x_ranges, best.r_ranges = _join_space(best, buf, graph.sizes)
         best.nodes.append(buf)
         group_reads[best.index] |= reads
+        group_kernels[best.index] |= read_kernels
         producer_step[buf.name] = best.index
     merge_groups(steps, producer_step, graph.sizes)
     return steps
