@@ -19,7 +19,8 @@ piece of it means the same thing in another process:
 - the code the trace ran is checked by file: a file whose size or modification
   time changed drops the entry;
 - the key holds the code object's contents, surge's frontend sources, torch and
-  Python versions, the backend's name and the options.
+  Python versions, the backend's name, the options the frontend reads and
+  ``CompileConfig.cache_key()`` (every option that changes compiled code).
 
 Frames split at a graph break, resume functions, recorded fallbacks and entries
 with anything else (a tensor constant, a function made at run time) are not
@@ -43,7 +44,7 @@ import torch
 
 from .. import cache_store, fallbacks, logs
 from ..errors import BackendCompilerFailed
-from ..options import Options, default_cache_dir
+from ..options import CompileConfig, Options, code_fields, default_cache_dir
 from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
 from .codegen import entry_source, exec_entry, identity_target, module_check
 
@@ -114,10 +115,24 @@ def code_key(code: types.CodeType, options: Options) -> str | None:
     digest.update(f"format {FORMAT} {_frontend_fingerprint()}".encode())
     digest.update(repr((code.co_filename, code.co_qualname, code.co_firstlineno)).encode())
     _code_digest(code, digest)
-    # where files go, the progress line and how many compile processes run change no capture
-    digest.update(repr(dataclasses.replace(options, cache_dir=None, debug_dir=None, progress=True,
-                                           compile_workers=None)).encode())
+    digest.update(_options_key(options).encode())
     return digest.hexdigest()[:40]
+
+
+# Options that change neither a capture nor compiled code: where files go, the progress
+# line, how many compile processes run.
+CAPTURE_NEUTRAL_OPTIONS = frozenset({"cache_dir", "debug_dir", "progress", "compile_workers"})
+
+
+def _options_key(options: Options) -> str:
+    """The options' part of the key: every option but those above by value, except the
+    ones that change compiled code, which enter as ``CompileConfig``'s one ``cache_key()``:
+    a record is reused only under a config whose graphs compile to the same code, whatever
+    fields that config grows."""
+    by_config = set(code_fields())
+    kept = [(f.name, getattr(options, f.name)) for f in dataclasses.fields(options)
+            if f.name not in CAPTURE_NEUTRAL_OPTIONS and f.name not in by_config]
+    return f"{kept!r} config {CompileConfig.from_options(options).cache_key()}"
 
 
 # ---------------------------------------------------------------- constants
