@@ -37,6 +37,13 @@ class Target:
     # C++: its vector loop reruns a block as scalar code when it met a NaN or denormal,
     # and would read what the first run wrote.
     in_place_bf16: bool = True
+    # The memory plan's arena (``schedule/arena.py``): each buffer's offset in it is a
+    # multiple of this many bytes (a cache line for C++ vector loops; Triton specializes
+    # kernels on 16-byte aligned pointers, and wider ones keep loads coalesced) ...
+    buffer_alignment: int = 64
+    # ... and buffers of more bytes than this keep allocations of their own (their memory
+    # goes back to the allocator at their last use; an arena holds it for the whole call).
+    arena_buffer_limit: int = 1 << 20
     # What the built code depends on besides the source: the GPU's name and compute
     # capability, or the C++ compiler's version, the CPU and the compile flags.
     knobs: tuple = ()
@@ -58,7 +65,7 @@ def triton_target(device_type: str, interpreted: bool, knobs: tuple = ()) -> Tar
     """The Triton target for kernels on ``device_type`` tensors (CPU ones only interpreted)."""
     gpu = device_type == "cuda"
     return Target("triton", device_type, interpreted=interpreted, pads_matmuls=gpu,
-                  splits_column_reductions=gpu, knobs=knobs)
+                  splits_column_reductions=gpu, buffer_alignment=128, knobs=knobs)
 
 
 def cpp_target(knobs: tuple = ()) -> Target:

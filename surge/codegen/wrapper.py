@@ -13,6 +13,7 @@ import sympy
 import torch
 
 from ..lowering.ir import ExternBuffer, InputBuffer, LoopGraph, TensorArg
+from ..schedule.arena import Arena
 from ..schedule.groups import KernelGroup
 from ..schedule.scheduler import Schedule
 from .common import format_index
@@ -108,6 +109,28 @@ class WrapperWriter:
         # ops returning several tensors: their result is a tuple, its elements are checked
         self.tuple_results = {b.parent for b in self.by_name.values()
                               if isinstance(b, ExternBuffer) and b.parent is not None}
+        memory = schedule.memory
+        self.arena = memory.arena if memory is not None and memory.arena is not None else Arena({}, 0, 1, {})
+
+    # -- the arena -----------------------------------------------------------------
+    def slot_elements(self, name: str) -> sympy.Expr:
+        """Where ``name``'s slot starts in the arena, in elements of its dtype."""
+        return sympy.expand(self.arena.slot(name).offset / self.by_name[name].dtype.itemsize)
+
+    def arena_lines(self) -> list:
+        """The one allocation of a call's arena, and one typed view of it per dtype stored there."""
+        if not self.arena.slots:
+            return []
+        lines = [f"_arena = empty_strided(({format_index(self.arena.size)}, ), (1, ), device=_device, "
+                 f"dtype=torch.uint8)"]
+        for dtype in sorted({self.by_name[root].dtype for root in self.arena.slots}, key=str):
+            lines.append(f"{arena_view(dtype)} = _arena.view({dtype})")
+        return lines
+
+    def arena_tensor(self, name: str, layout) -> str:
+        """A tensor of ``layout`` over ``name``'s slot."""
+        return (f"as_strided({arena_view(self.by_name[name].dtype)}, {_shape_literal(layout.shape)}, "
+                f"{_shape_literal(layout.stride)}, {format_index(self.slot_elements(name))})")
 
     def tensor_arg(self, a: TensorArg) -> str:
         if a.layout is None:
@@ -118,6 +141,8 @@ class WrapperWriter:
             # a graph input may itself start inside its storage (a view); layouts
             # count from its first element, as the kernels do from its data_ptr
             offset = f"{a.buffer}.storage_offset() + {offset}"
+        elif self.arena.slot(a.buffer) is not None:   # its storage starts at its slot
+            offset = format_index(sympy.expand(self.slot_elements(a.buffer) + lay.offset))
         return (f"as_strided({a.buffer}, {_shape_literal(lay.shape)}, {_shape_literal(lay.stride)}, "
                 f"{offset})")
 
@@ -143,6 +168,7 @@ class WrapperWriter:
             body.append(f"{', '.join(argument_names(g))}, = args")
         body.append("args.clear()   # each input lives until its last use (below), not the whole call")
         body.extend(size_bindings(g))
+        body.extend(self.arena_lines())
         reused = {src for sm in self.schedule.memory.steps for _, src in sm.allocate if src}
         for step, sm in zip(self.schedule.steps, self.schedule.memory.steps):
             in_place = sm.in_place()   # donors the kernel still reads: freed after it
@@ -152,6 +178,8 @@ class WrapperWriter:
                     body.append(f"{name} = {self.storage_of(src, buf.layout)}  # reuse in place")
                 elif src is not None:
                     body.append(f"{name} = {src}; del {src}  # reuse")
+                elif self.arena.slot(name) is not None:
+                    body.append(f"{name} = {self.arena_tensor(name, buf.layout)}  # arena")
                 else:
                     body.append(f"{name} = empty_strided({_shape_literal(buf.layout.shape)}, "
                                 f"{_shape_literal(buf.layout.stride)}, device=_device, dtype={buf.dtype})")
@@ -180,6 +208,8 @@ class WrapperWriter:
         own = self.by_name[name].layout
         if (own.shape, own.stride) == (layout.shape, layout.stride):
             return name
+        if self.arena.slot(name) is not None:
+            return self.arena_tensor(name, layout)
         return f"same_storage({name}, {_shape_literal(layout.shape)}, {_shape_literal(layout.stride)})"
 
     def kernel_arg(self, name: str) -> str:
@@ -218,6 +248,11 @@ class WrapperWriter:
                 return arg.buffer
             return self.tensor_arg(arg)
         return python_literal(arg)
+
+
+def arena_view(dtype) -> str:
+    """The host code's name of the arena's view as ``dtype`` elements."""
+    return "_arena_" + str(dtype).rsplit(".", 1)[-1]
 
 
 WRAPPER_PRELUDE = '''

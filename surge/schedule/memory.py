@@ -26,6 +26,7 @@ from ..lowering.ir import ExternBuffer, LoopGraph
 from ..lowering.size_vars import static_int
 from ..lowering.sizes import contiguous_strides, product
 from ..lowering.values import Op, loads_of, walk
+from .arena import Arena, plan_arena
 from .fusion import consumers, read_buffers
 from .groups import KernelGroup
 
@@ -47,16 +48,28 @@ class StepMemory:
 @dataclasses.dataclass
 class MemoryPlan:
     steps: list                 # StepMemory per step
-    allocations: int = 0        # fresh allocations per call
+    allocations: int = 0        # storages the plan allocates per call (arena slots included)
     reuses: int = 0             # allocations served by a dead buffer
+    arena: Arena | None = None  # where those storages live: one allocation per call
+
+    @property
+    def allocator_calls(self) -> int:
+        """Allocations a call makes for the plan's storages: one for the arena, one per
+        storage outside it (graph outputs, large buffers)."""
+        if self.arena is None:
+            return self.allocations
+        return self.allocations - len(self.arena.slots) + (1 if self.arena.slots else 0)
 
     def __str__(self) -> str:
-        lines = [f"memory plan: {self.allocations} allocations, {self.reuses} reuses"]
+        lines = [f"memory plan: {self.allocations} allocations, {self.reuses} reuses, "
+                 f"{self.allocator_calls} allocator calls"]
         for k, sm in enumerate(self.steps):
             in_place = sm.in_place()
             allocs = ", ".join(n if r is None else f"{n}<-{r}" + (" (in place)" if r in in_place else "")
                                for n, r in sm.allocate)
             lines.append(f"  step {k}: alloc [{allocs}] free [{', '.join(sm.free_after)}]")
+        if self.arena is not None and self.arena.slots:
+            lines.append(str(self.arena))
         return "\n".join(lines)
 
 
@@ -264,4 +277,6 @@ def plan_memory(graph: LoopGraph, steps: list, input_stores: dict | None = None)
                 if name in taken_in_place:
                     continue  # its storage is now the output's that took it
                 pool.setdefault(_reuse_key(by_name[name]), []).append(name)
+    target = graph.target
+    plan.arena = plan_arena(graph, steps, plan, target.buffer_alignment, target.arena_buffer_limit)
     return plan
