@@ -75,6 +75,12 @@ class Executable:
         return self.module.LAUNCHES
 
     @property
+    def memory(self) -> dict:
+        """The static memory plan: the arena's size, alignment and each buffer's slot in it
+        (``codegen/launches.memory_table``)."""
+        return self.module.MEMORY
+
+    @property
     def kernel_names(self) -> list:
         return list(self.module.KERNELS)
 
@@ -93,6 +99,10 @@ class Executable:
             else:
                 where = f" [{e['segment']}]" if "segment" in e else ""
                 lines.append(f"kernel {e['name']}{where}({reads}) -> {', '.join(e['writes'])}")
+        memory = self.memory
+        if memory["slots"]:
+            lines.append(f"arena {memory['arena_bytes']} bytes, aligned to {memory['alignment']}: " + ", ".join(
+                f"{name} at {offset} (+{nbytes})" for name, (offset, nbytes) in memory["slots"].items()))
         lines += [f"output {e['name']}: {e['dtype']}{e['shape']} stride={e['stride']}" if "name" in e
                   else f"output {e['value']}" for e in self.outputs]
         return "\n".join(lines) + "\n"

@@ -1,7 +1,7 @@
 """A compiled graph as plain data: its inputs and outputs with layouts, and its launches.
 
 Both host writers put these tables into the generated module (``INPUTS``, ``OUTPUTS``,
-``LAUNCHES``), next to the code that runs them, so a module loaded from a cache
+``LAUNCHES``, ``MEMORY``), next to the code that runs them, so a module loaded from a cache
 describes itself as a freshly generated one does. The driver's ``Executable`` hands them
 on: the debug dir prints them (``launches.txt``), and whatever records a graph's work
 (a CUDA graph, a profiler) reads what runs in which order without parsing code.
@@ -84,8 +84,21 @@ def io_tables(graph: LoopGraph) -> tuple:
     return inputs, outputs
 
 
+def memory_table(schedule: Schedule) -> dict:
+    """The memory plan's arena: its size in bytes, its alignment, and per buffer stored in it
+    ``[offset, bytes]`` of its slot (sizes as in ``layout_entry``); the other buffers the
+    host code allocates on their own (graph outputs, large buffers, extern results)."""
+    arena = schedule.memory.arena
+    if arena is None or not arena.slots:
+        return {"arena_bytes": 0, "alignment": 1, "slots": {}}
+    slots = {name: [_size(arena.slots[root].offset), _size(arena.slots[root].nbytes)]
+             for name, root in sorted(arena.root_of.items())}
+    return {"arena_bytes": _size(arena.size), "alignment": arena.alignment, "slots": slots}
+
+
 def tables_source(schedule: Schedule, kernel_name, segment_of=None) -> str:
-    """The module lines that define ``INPUTS``, ``OUTPUTS`` and ``LAUNCHES``."""
+    """The module lines that define ``INPUTS``, ``OUTPUTS``, ``LAUNCHES`` and ``MEMORY``."""
     inputs, outputs = io_tables(schedule.graph)
     launches = launch_table(schedule, kernel_name, segment_of)
-    return f"\nINPUTS = {inputs!r}\nOUTPUTS = {outputs!r}\nLAUNCHES = {launches!r}\n"
+    return (f"\nINPUTS = {inputs!r}\nOUTPUTS = {outputs!r}\nLAUNCHES = {launches!r}\n"
+            f"MEMORY = {memory_table(schedule)!r}\n")

@@ -117,15 +117,19 @@ class WrapperWriter:
         """Where ``name``'s slot starts in the arena, in elements of its dtype."""
         return sympy.expand(self.arena.slot(name).offset / self.by_name[name].dtype.itemsize)
 
+    def arena_dtypes(self) -> list:
+        return sorted({self.by_name[root].dtype for root in self.arena.slots}, key=str)
+
     def arena_lines(self) -> list:
         """The one allocation of a call's arena, and one typed view of it per dtype stored there."""
-        if not self.arena.slots:
-            return []
         lines = [f"_arena = empty_strided(({format_index(self.arena.size)}, ), (1, ), device=_device, "
                  f"dtype=torch.uint8)"]
-        for dtype in sorted({self.by_name[root].dtype for root in self.arena.slots}, key=str):
-            lines.append(f"{arena_view(dtype)} = _arena.view({dtype})")
+        lines += [f"{arena_view(dtype)} = _arena.view({dtype})" for dtype in self.arena_dtypes()]
         return lines
+
+    def arena_names(self) -> list:
+        """What holds the arena once its last slot is dead: freed, as its buffers would be."""
+        return ["_arena"] + [arena_view(dtype) for dtype in self.arena_dtypes()]
 
     def arena_tensor(self, name: str, layout) -> str:
         """A tensor of ``layout`` over ``name``'s slot."""
@@ -168,9 +172,11 @@ class WrapperWriter:
             body.append(f"{', '.join(argument_names(g))}, = args")
         body.append("args.clear()   # each input lives until its last use (below), not the whole call")
         body.extend(size_bindings(g))
-        body.extend(self.arena_lines())
+        arena_steps = self.arena.steps if self.arena.slots else (None, None)
         reused = {src for sm in self.schedule.memory.steps for _, src in sm.allocate if src}
-        for step, sm in zip(self.schedule.steps, self.schedule.memory.steps):
+        for k, (step, sm) in enumerate(zip(self.schedule.steps, self.schedule.memory.steps)):
+            if k == arena_steps[0]:
+                body.extend(self.arena_lines())
             in_place = sm.in_place()   # donors the kernel still reads: freed after it
             for name, src in sm.allocate:
                 buf = self.by_name[name]
@@ -191,6 +197,8 @@ class WrapperWriter:
                 body.append(self.extern_line(step.buffer))
                 body.extend(self.layout_check(step.buffer))
             dead = [n for n in sm.free_after if n not in reused or n in in_place] + sm.inputs_dead_after
+            if k == arena_steps[1]:
+                dead += self.arena_names()
             if dead:
                 body.append(f"del {', '.join(dead)}")
         outs = [self.output(o.arg) for o in g.outputs]

@@ -5,9 +5,10 @@ written in place over what its kernel reads) and when each storage dies. Each st
 plan allocates for a kernel output is a *slot* with a lifetime (the step that allocates it
 to the last step that reads a buffer stored in it) and a size in bytes, rounded up to the
 target's alignment. Slots whose lifetimes overlap get disjoint byte ranges; others may
-share bytes. The host code allocates the arena once at the start of a call and passes
-``arena + offset`` (C++: a pointer, no tensor at all; Triton: a view) instead of
-allocating each buffer.
+share bytes. The host code allocates the arena once per call, before the first step
+that stores into it, passes ``arena + offset`` (C++: an address, no tensor at all;
+Triton: a view) instead of allocating each buffer, and frees it after the last step
+that reads it.
 
 What stays outside (its own allocation, as before):
 
@@ -19,7 +20,11 @@ What stays outside (its own allocation, as before):
   the allocator at its last use, where the extern calls (which allocate through torch)
   can take it: the peak stays what it was (glibc also serves blocks above 32 MB with a
   fresh ``mmap``, whose page faults cost more than a whole call's allocator calls);
-- extern results, which torch allocates (``bench/NOTES.md`` measures ``out=`` forms).
+- extern results, which torch allocates (``bench/NOTES.md`` measures ``out=`` forms);
+- where the target says a view of the arena costs more than an allocation
+  (``Target.views_in_arena``: C++), the buffers extern calls read, of which the host
+  code needs a tensor: there only buffers that kernels alone read live in the arena,
+  as addresses.
 
 Symbolic sizes: offsets and the arena's size are expressions of the size symbols, which
 the host code evaluates per call. Two slots share bytes only where the comparison holds
@@ -32,7 +37,7 @@ import dataclasses
 
 import sympy
 
-from ..lowering.ir import ComputedBuffer, Layout
+from ..lowering.ir import ComputedBuffer, ExternBuffer, Layout, TensorArg
 from ..lowering.sizes import FloorDiv
 
 
@@ -51,6 +56,12 @@ class Arena:
     size: sympy.Expr          # bytes of the one allocation per call (0: no arena)
     alignment: int
     root_of: dict             # every buffer stored in a slot -> the slot's root
+
+    @property
+    def steps(self) -> tuple:
+        """The first step that allocates a slot and the last that reads one: the host code
+        allocates the arena just before the one and frees it just after the other."""
+        return (min(s.first for s in self.slots.values()), max(s.last for s in self.slots.values()))
 
     def slot(self, name: str) -> Slot | None:
         root = self.root_of.get(name)
@@ -101,9 +112,9 @@ def known_leq(sizes, a, b) -> bool:
     return not bounded.has(FloorDiv) and sizes.known_leq(0, bounded)
 
 
-def _chains(plan, escaping: set) -> tuple:
+def _chains(plan, outside: set) -> tuple:
     """root -> (allocating step, the names stored in it) for every storage the plan allocates
-    at a kernel step, and the name -> root map; chains holding an escaping name are left out."""
+    at a kernel step, and the name -> root map; chains holding a name of ``outside`` are left out."""
     root_of, first, members = {}, {}, {}
     for k, sm in enumerate(plan.steps):
         for name, src in sm.allocate:
@@ -112,23 +123,42 @@ def _chains(plan, escaping: set) -> tuple:
             elif src in root_of:
                 root_of[name] = root_of[src]
                 members[root_of[src]].append(name)
-    keep = {root for root, names in members.items() if not escaping.intersection(names)}
+    keep = {root for root, names in members.items() if not outside.intersection(names)}
     return ({root: (first[root], members[root]) for root in keep},
             {name: root for name, root in root_of.items() if root in keep})
 
 
-def plan_arena(graph, steps: list, plan, alignment: int, limit: int) -> Arena:
-    """The arena of ``plan``'s storages (``plan_memory``'s result over ``steps``)."""
+def extern_operands(graph) -> set:
+    """The buffers extern calls read: the host code holds a tensor of each."""
+    names = set()
+
+    def visit(value):
+        if isinstance(value, TensorArg):
+            names.add(value.buffer)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                visit(v)
+
+    for buf in graph.buffers:
+        if isinstance(buf, ExternBuffer):
+            visit(list(buf.args) + list(buf.kwargs.values()))
+    return names
+
+
+def plan_arena(graph, steps: list, plan, target) -> Arena:
+    """The arena of ``plan``'s storages (``plan_memory``'s result over ``steps``), laid out
+    by the target's alignment, size limit and ``views_in_arena``."""
+    alignment, limit = target.buffer_alignment, target.arena_buffer_limit
     freed_at = {}
     for k, sm in enumerate(plan.steps):
         for name in sm.free_after:
             freed_at[name] = k
     by_name, sizes = graph.by_name, graph.sizes
-    allocated = {name for sm in plan.steps for name, src in sm.allocate if src is None}
     # never freed: a graph output, or a storage that one holds (a view's base)
-    escaping = {name for name in allocated if name not in freed_at}
-    escaping |= {name for sm in plan.steps for name, src in sm.allocate if src is not None and name not in freed_at}
-    chains, root_of = _chains(plan, escaping)
+    outside = {name for sm in plan.steps for name, _ in sm.allocate if name not in freed_at}
+    if not target.views_in_arena:
+        outside |= extern_operands(graph)
+    chains, root_of = _chains(plan, outside)
     wanted = []
     for root, (first, names) in chains.items():
         buf = by_name[root]

@@ -277,6 +277,5 @@ def plan_memory(graph: LoopGraph, steps: list, input_stores: dict | None = None)
                 if name in taken_in_place:
                     continue  # its storage is now the output's that took it
                 pool.setdefault(_reuse_key(by_name[name]), []).append(name)
-    target = graph.target
-    plan.arena = plan_arena(graph, steps, plan, target.buffer_alignment, target.arena_buffer_limit)
+    plan.arena = plan_arena(graph, steps, plan, graph.target)
     return plan
