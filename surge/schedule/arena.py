@@ -34,10 +34,12 @@ above everything placed so far, which is valid for every size.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import sympy
 
 from ..lowering.ir import ComputedBuffer, ExternBuffer, Layout, TensorArg
+from ..lowering.size_vars import DEFAULT_LOWER_BOUND
 from ..lowering.sizes import FloorDiv
 
 
@@ -94,22 +96,34 @@ def aligned(nbytes: sympy.Expr, alignment: int, sizes) -> sympy.Expr:
 
 
 def known_leq(sizes, a, b) -> bool:
-    """``a <= b`` for every size, where ``FloorDiv(x, d)`` terms of the difference (aligned
-    sizes) are replaced by their bounds: ``(x - d + 1) / d`` where they add, ``x / d`` where
-    they subtract."""
+    """``a <= b`` for every size, where the ``FloorDiv(x, d)`` terms of the difference (of
+    aligned sizes) are replaced by bounds: where they add, by ``(x - d + 1) / d`` or by the
+    quotient of ``x``'s least value (either may prove it); where they subtract, by ``x / d``."""
     diff = sympy.expand(b - a)
     if not diff.has(FloorDiv):
         return sizes.known_leq(a, b)
-    bounded, scale = diff, 1
-    for term in diff.atoms(FloorDiv):
+    choices, scale = [], 1
+    for term in sorted(diff.atoms(FloorDiv), key=sympy.default_sort_key):
         coeff = diff.coeff(term)
         x, d = term.args
         if not coeff.is_Number or not d.is_Integer:
             return False
-        bounded = bounded.xreplace({term: (x - d + 1) / d if coeff > 0 else x / d})
         scale = sympy.ilcm(scale, int(d))
-    bounded = sympy.expand(bounded * scale)
-    return not bounded.has(FloorDiv) and sizes.known_leq(0, bounded)
+        if coeff < 0:
+            choices.append([(term, x / d)])
+        else:
+            least = x.xreplace({s: sizes.lower.get(s, DEFAULT_LOWER_BOUND) for s in x.free_symbols})
+            bounds = [(term, (x - d + 1) / d)]
+            if least.is_Integer and sizes.known_leq(least, x):
+                bounds.append((term, sympy.Integer(int(least) // int(d))))
+            choices.append(bounds)
+    tries = itertools.product(*choices) if len(choices) <= 4 else (   # a few terms: every combination
+        [c[0] for c in choices], [c[-1] for c in choices])
+    for bounds in tries:
+        bounded = sympy.expand(diff.xreplace(dict(bounds)) * scale)
+        if not bounded.has(FloorDiv) and sizes.known_leq(0, bounded):
+            return True
+    return False
 
 
 def _chains(plan, outside: set) -> tuple:
