@@ -43,9 +43,13 @@ class Executable:
         return self.call(args)
 
     def warmup(self) -> "Executable":
-        """Compile and load everything before the first real call: Triton kernels queued
-        for the compile workers are finished (their binaries are in Triton's cache, and the
-        first launch only binds them); a C++ library is built and loaded at compile time."""
+        """Compile, load and bind everything before the first real call, so that it (and a
+        CUDA graph recording it) compiles and binds nothing: every Triton launcher picks its
+        config, binds its grid and, on a GPU, has its binary (compiled by the workers, or
+        now) and its direct launch (``runtime/launcher.py``: ``bind``); a symbolic kernel
+        binds for the example sizes. A C++ library is built and loaded at compile time.
+        A kernel whose config is to be autotuned still binds at its first launch, which
+        times the candidates on that call's arguments."""
         if not self.warm:
             if self.warmer is not None:
                 self.warmer()

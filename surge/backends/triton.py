@@ -43,7 +43,7 @@ def _debug_files(source: str) -> dict:
 
 def _load(modules: list, target: Target, config: CompileConfig, library_source) -> list:
     """Import each generated module and bind a launcher to each of its kernels."""
-    from ..runtime import code_cache, compile_pool
+    from ..runtime import code_cache
     from ..runtime.launcher import make_launcher
 
     out = []
@@ -54,10 +54,19 @@ def _load(modules: list, target: Target, config: CompileConfig, library_source) 
                                              config.autotune)
                          for name, meta in module.KERNELS.items()}
             counters["kernels"] += len(launchers)
-            warmer = compile_pool.finish_pending if target.compiles_kernels else None
             out.append(Executable(module.make_call(launchers), list(m.constants), module, m.source, m.path,
-                                  target.name, launchers=launchers, warmer=warmer))
+                                  target.name, launchers=launchers, warmer=_binder(launchers)))
     return out
+
+
+def _binder(launchers: dict):
+    """``Executable.warmup`` of a Triton graph: every launcher binds its kernel (config, grid,
+    and on a GPU the binary and its direct launch: queued compiles are finished first), so
+    the first call neither compiles nor binds."""
+    def bind_all() -> None:
+        for launcher in launchers.values():
+            launcher.bind()
+    return bind_all
 
 
 pipeline.register_target("triton", pipeline.TargetWriters("graphs", _generate, _load, _debug_files))

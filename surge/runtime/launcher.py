@@ -9,6 +9,7 @@ import time
 from collections import Counter
 
 from .. import logs
+from ..counters import counters
 from ..observe.phases import phase_timer
 from . import autotune, binary_cache, compile_pool
 from .triton_mode import interpreting
@@ -47,6 +48,25 @@ def _timing_args(args) -> list:
     return out
 
 
+def _alignment(args) -> tuple | None:
+    """Whether each pointer argument is 16-byte aligned (Triton specializes a binary on it);
+    None when an argument is no tensor."""
+    import torch
+
+    if not all(isinstance(a, torch.Tensor) for a in args):
+        return None
+    return tuple(a.data_ptr() % 16 == 0 for a in args)
+
+
+def _pointer_dtypes(meta: dict) -> list:
+    """The torch dtypes of a kernel's pointer arguments, from its signature: what Triton's
+    ``warmup`` takes in place of tensors, specializing every pointer as 16-byte aligned."""
+    from ..codegen.triton.ops import POINTER_TYPES
+
+    dtype_of = {ptr: dtype for dtype, ptr in POINTER_TYPES.items()}
+    return [dtype_of[t] for t in meta["signature"].values() if t.startswith("*")]
+
+
 def _grid(meta: dict, config: dict) -> tuple:
     xblock = config["XBLOCK"]
     return ((meta["xnumel"] + xblock - 1) // xblock,)
@@ -73,6 +93,8 @@ def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tu
             return found["config"]
         if not tune:
             return configs[0]
+        if args is None:   # tuning times the candidates on a launch's own arguments
+            return None
         start = time.perf_counter()
         timing_args = _timing_args(args)
         best, timings = autotune.benchmark(lambda c: run(timing_args, c), configs)
@@ -81,9 +103,42 @@ def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tu
                          f"{len(configs)} configs ({', '.join(f'{t:.4f}' for t in timings)} ms)")
         return best
 
+    def bind() -> bool:
+        """What the first launch does before it runs, done ahead (``Executable.warmup``): pick
+        the config, bind the grid and, on a GPU, load the stored binary or compile it, with
+        every pointer specialized as 16-byte aligned (the arena's views and torch's
+        allocations are), and make its direct launch; the first launch then only runs it
+        (an unaligned pointer still goes through Triton). False, binding nothing, when the
+        config is to be tuned: tuning times the candidates on the first launch's arguments."""
+        if "config" in state:
+            return True
+        if not interpret:
+            compile_pool.finish_pending()   # this kernel may be one a worker is compiling
+        config = choose(None)
+        if config is None:
+            return False
+        counters["kernel_bindings"] += 1
+        state["grid"] = _grid(meta, config)
+        state["bound"] = kernel[state["grid"]]
+        if not interpret:
+            import torch
+
+            dtypes = _pointer_dtypes(meta)
+            key = binary_cache.record_key(meta, config, torch.cuda.get_device_name())
+            compiled = binary_cache.load(cache_dir, key, kernel)
+            fresh = compiled is None
+            if fresh:
+                compiled = kernel.warmup(*dtypes, *sizes, grid=state["grid"], **config)
+            state["direct"] = direct_launch(kernel, compiled, state["grid"], (True,) * len(dtypes), sizes, config)
+            if fresh and state["direct"] is not None:
+                binary_cache.store(cache_dir, key, compiled)
+        state["config"] = config
+        return True
+
     def first_launch(args):
         if not interpret:
             compile_pool.finish_pending()   # this kernel may be one a worker is compiling
+        counters["kernel_bindings"] += 1
         config = state["config"] = choose(args)
         state["grid"] = _grid(meta, config)
         state["bound"] = kernel[state["grid"]]
@@ -94,14 +149,14 @@ def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tu
         if key is not None and _launch_stored_binary(key, args, config):
             return
         compiled = state["bound"](*args, *sizes, **config)
-        state["direct"] = direct_launch(kernel, compiled, state["grid"], args, sizes, config)
+        state["direct"] = direct_launch(kernel, compiled, state["grid"], _alignment(args), sizes, config)
         if key is not None and state["direct"] is not None:
             binary_cache.store(cache_dir, key, compiled)
 
     def _launch_stored_binary(key, args, config) -> bool:
         """Launch a binary a former process stored, without Triton's compiler (binary_cache)."""
         compiled = binary_cache.load(cache_dir, key, kernel)
-        direct = direct_launch(kernel, compiled, state["grid"], args, sizes, config) if compiled else None
+        direct = direct_launch(kernel, compiled, state["grid"], _alignment(args), sizes, config) if compiled else None
         try:
             if direct is None or not direct(args):
                 return False
@@ -131,6 +186,7 @@ def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tu
         state["bound"](*args, *sizes, **config)
 
     launch.configs = configs
+    launch.bind = bind
     launch.state = state
     launch.kernel = kernel
     launch.meta = meta
@@ -142,14 +198,15 @@ def _no_hook(hook) -> bool:
     return hook is None or (type(hook).__name__ == "HookChain" and not hook.calls)
 
 
-def direct_launch(kernel, compiled, grid: tuple, first_args: tuple, sizes: tuple, config: dict):
+def direct_launch(kernel, compiled, grid: tuple, aligned: tuple | None, sizes: tuple, config: dict):
     """A launch of the compiled binary that skips Triton's per-call argument binding.
 
     ``kernel[grid](...)`` re-derives the specialization key from every argument on each
     call (tens of microseconds, a large part of a small graph's time). Our arguments
     keep their types from call to call (the graph's guards fix dtypes and devices, sizes
     are bound here), so the one thing that can change is the 16-byte alignment Triton
-    specialized each pointer on: the returned function checks exactly that and returns
+    specialized each pointer on (``aligned``, per pointer; None: not all tensors): the
+    returned function checks exactly that and returns
     False (the caller then goes through Triton) when it differs, or when a launch hook
     (a profiler's, say) is installed: hooks need the launch metadata Triton builds. None when this Triton's launch interface is not the one we know.
     """
@@ -162,15 +219,12 @@ def direct_launch(kernel, compiled, grid: tuple, first_args: tuple, sizes: tuple
     if (compiled is None or getattr(kernel, "used_global_vals", None) or names is None
             or not all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata"))):
         return None
-    import torch
-
-    if not all(isinstance(a, torch.Tensor) for a in first_args):
+    if aligned is None:
         return None
-    given = len(first_args) + len(sizes)
+    given = len(aligned) + len(sizes)
     if any(n not in config for n in names[given:]) or len(names) < given:
         return None
     tail = (*sizes, *(config[n] for n in names[given:]))
-    aligned = tuple(a.data_ptr() % 16 == 0 for a in first_args)
     run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
     grid_x, grid_y, grid_z = (*grid, 1, 1)[:3]
     current_device, current_stream = driver.active.get_current_device, driver.active.get_current_stream
@@ -208,7 +262,7 @@ def make_symbolic_launcher(kernel, name: str, meta: dict, source: str, cache_dir
     configs: dict = {}    # (xnumel, rnumel) -> (grid, config)
     launches: dict = {}   # all size arguments -> (grid, config, direct launch or None)
 
-    def pick(args, key) -> tuple:
+    def pick(args, key) -> tuple | None:
         sized = dict(meta, xnumel=key[0], rnumel=key[1] if meta["reduction"] else 1)
         candidates = autotune.candidate_configs(sized, interpret)
         config = candidates[0]
@@ -219,6 +273,8 @@ def make_symbolic_launcher(kernel, name: str, meta: dict, source: str, cache_dir
             if found is not None:
                 config = found["config"]
             elif tune:
+                if args is None:   # tuning times the candidates on a launch's own arguments
+                    return None
                 timing_args = _timing_args(args)
                 config, timings = autotune.benchmark(
                     lambda c: kernel[_grid(sized, c)](*timing_args, **c), candidates)
@@ -228,6 +284,7 @@ def make_symbolic_launcher(kernel, name: str, meta: dict, source: str, cache_dir
 
     def first_launch(args, sizes) -> None:
         key = sizes[-numels:]
+        counters["kernel_bindings"] += 1
         found = configs.get(key)
         if found is None:
             if not interpret:
@@ -235,8 +292,31 @@ def make_symbolic_launcher(kernel, name: str, meta: dict, source: str, cache_dir
             found = configs[key] = pick(args, key)
         grid, config = found
         compiled = kernel[grid](*args, **config)
-        direct = None if interpret else direct_launch(kernel, compiled, grid, args[:pointers], sizes, config)
+        direct = None if interpret else direct_launch(kernel, compiled, grid, _alignment(args[:pointers]), sizes,
+                                                      config)
         launches[sizes] = (grid, config, direct)
+
+    def bind() -> bool:
+        """``make_launcher``'s ``bind`` for the sizes of the example inputs (``size_hints``):
+        a first launch at those sizes only runs; other sizes bind at their first launch."""
+        sizes = tuple(meta["size_hints"])
+        if sizes in launches:
+            return True
+        key = sizes[-numels:]
+        if not interpret:
+            compile_pool.finish_pending()
+        found = configs.get(key) or pick(None, key)
+        if found is None:
+            return False
+        counters["kernel_bindings"] += 1
+        grid, config = configs[key] = found
+        direct = None
+        if not interpret:
+            dtypes = _pointer_dtypes(meta)
+            compiled = kernel.warmup(*dtypes, *sizes, grid=grid, **config)
+            direct = direct_launch(kernel, compiled, grid, (True,) * len(dtypes), sizes, config)
+        launches[sizes] = (grid, config, direct)
+        return True
 
     def launch(*args):
         sizes = args[pointers:]
@@ -254,6 +334,7 @@ def make_symbolic_launcher(kernel, name: str, meta: dict, source: str, cache_dir
         kernel[grid](*args, **config)
 
     launch.configs = []
+    launch.bind = bind
     launch.state = configs
     launch.kernel = kernel
     launch.meta = meta

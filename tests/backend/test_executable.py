@@ -8,6 +8,8 @@ import torch
 from surge.backends import pipeline
 from surge.backends.cpp import compile_aten_graph_cpp, target_for as cpp_target_for
 from surge.backends.executable import Executable
+from surge.backends.triton import compile_aten_graph
+from surge.counters import counters
 from surge.options import CompileConfig, Options
 
 from .helpers import DEVICE, aten_graph, compile_fn, randn, triton_target_here
@@ -75,6 +77,43 @@ def test_warmup_then_calls_match_eager(target_name, tmp_path):
     fresh = _inputs()
     for got, want in zip(exe(*fresh), block(*fresh)):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_after_warmup_the_first_call_binds_nothing(tmp_path):
+    """Each Triton launcher binds (config, grid; on a GPU the binary and its direct launch)
+    at warmup: what a CUDA graph records after ``warmup()`` compiles and binds nothing."""
+    cold = _compile("triton", tmp_path, _inputs())
+    before = counters["kernel_bindings"]
+    cold(*_inputs())
+    assert counters["kernel_bindings"] - before == len(cold.launchers) > 0   # bound at the first launches
+    exe = _compile("triton", tmp_path, _inputs())
+    exe.warmup()
+    bound = counters["kernel_bindings"]
+    assert bound - before - len(cold.launchers) == len(exe.launchers)
+    for _ in range(2):
+        fresh = _inputs()
+        for got, want in zip(exe(*fresh), block(*fresh)):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert counters["kernel_bindings"] == bound
+    exe.warmup()   # once is enough
+    assert counters["kernel_bindings"] == bound
+
+
+def test_a_symbolic_graph_binds_for_its_example_sizes_at_warmup(tmp_path):
+    from .test_symbolic_sizes import symbolic_graph
+
+    x = randn(6, 8)
+    gm, examples = symbolic_graph(lambda v: (v.softmax(-1) * 2).sum(-1), [x], {0: (0,)})
+    exe = compile_aten_graph(gm, examples, Options(cache_dir=str(tmp_path), graph_cache=False,
+                                                   raise_internal_errors=True))
+    assert all(launcher.meta.get("symbolic") for launcher in exe.launchers.values())
+    exe.warmup()
+    bound = counters["kernel_bindings"]
+    torch.testing.assert_close(exe(x), (x.softmax(-1) * 2).sum(-1))
+    assert counters["kernel_bindings"] == bound
+    other = randn(9, 8)   # other sizes bind at their first launch
+    torch.testing.assert_close(exe(other), (other.softmax(-1) * 2).sum(-1))
+    assert counters["kernel_bindings"] == bound + len(exe.launchers)
 
 
 @pytest.mark.parametrize("target_name", TARGETS)
