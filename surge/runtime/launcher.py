@@ -67,6 +67,14 @@ def _pointer_dtypes(meta: dict) -> list:
     return [dtype_of[t] for t in meta["signature"].values() if t.startswith("*")]
 
 
+def _load_on_device(compiled) -> None:
+    """Load a binary that Triton's ``warmup`` returned onto the GPU now (a launch does it
+    on first use): its direct launch needs its function handle."""
+    init = getattr(compiled, "_init_handles", None)
+    if init is not None:
+        init()
+
+
 def _grid(meta: dict, config: dict) -> tuple:
     xblock = config["XBLOCK"]
     return ((meta["xnumel"] + xblock - 1) // xblock,)
@@ -129,6 +137,7 @@ def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tu
             fresh = compiled is None
             if fresh:
                 compiled = kernel.warmup(*dtypes, *sizes, grid=state["grid"], **config)
+            _load_on_device(compiled)
             state["direct"] = direct_launch(kernel, compiled, state["grid"], (True,) * len(dtypes), sizes, config)
             if fresh and state["direct"] is not None:
                 binary_cache.store(cache_dir, key, compiled)
@@ -314,6 +323,7 @@ def make_symbolic_launcher(kernel, name: str, meta: dict, source: str, cache_dir
         if not interpret:
             dtypes = _pointer_dtypes(meta)
             compiled = kernel.warmup(*dtypes, *sizes, grid=grid, **config)
+            _load_on_device(compiled)
             direct = direct_launch(kernel, compiled, grid, (True,) * len(dtypes), sizes, config)
         launches[sizes] = (grid, config, direct)
         return True

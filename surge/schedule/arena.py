@@ -159,9 +159,9 @@ def extern_operands(graph) -> set:
     return names
 
 
-def plan_arena(graph, steps: list, plan, target) -> Arena:
-    """The arena of ``plan``'s storages (``plan_memory``'s result over ``steps``), laid out
-    by the target's alignment, size limit and ``views_in_arena``."""
+def plan_arena(graph, plan, target) -> Arena:
+    """The arena of ``plan``'s storages (``plan_memory``'s result), laid out by the target's
+    alignment, size limit and ``views_in_arena``."""
     alignment, limit = target.buffer_alignment, target.arena_buffer_limit
     freed_at = {}
     for k, sm in enumerate(plan.steps):

@@ -1,7 +1,8 @@
 """Buffer lifetimes and the static memory plan.
 
 Each buffer that reaches memory is allocated by the step that writes it and
-freed after the last step that reads it (graph outputs live on). A kernel
+freed after the last step that reads it (graph outputs live on); ``arena.py``
+then places the storages of this plan at offsets in one allocation per call. A kernel
 output reuses the storage of a dead buffer of the same size, layout and
 dtype instead of allocating. Dead buffers are kept for reuse only until the
 next extern call: that call allocates through torch's allocator, which would
@@ -277,5 +278,5 @@ def plan_memory(graph: LoopGraph, steps: list, input_stores: dict | None = None)
                 if name in taken_in_place:
                     continue  # its storage is now the output's that took it
                 pool.setdefault(_reuse_key(by_name[name]), []).append(name)
-    plan.arena = plan_arena(graph, steps, plan, graph.target)
+    plan.arena = plan_arena(graph, plan, graph.target)
     return plan

@@ -100,6 +100,20 @@ def test_repeat_launches_skip_tritons_binding_and_stay_correct():
     assert direct((shifted, *args[1:])) is False  # 4 bytes past an aligned start
 
 
+def test_after_warmup_every_kernel_launches_its_binary_directly():
+    """``Executable.warmup()`` compiles and binds each kernel: the first call (what a CUDA
+    graph records) binds nothing and launches every kernel through its binary."""
+    from surge.counters import counters
+
+    fn = lambda x, w, b, r: F.gelu(x @ w + b).softmax(-1) + r  # noqa: E731
+    inputs = (_rand(64, 128), _rand(128, 256), _rand(256), _rand(64, 256))
+    c = compile_fn(fn, *inputs).warmup()
+    assert all(launch.state.get("direct") is not None for launch in c.launchers.values())
+    bound = counters["kernel_bindings"]
+    assert_matches_eager(fn, c, *(_rand(*t.shape) for t in inputs), atol=1e-4, rtol=1e-4)
+    assert counters["kernel_bindings"] == bound
+
+
 WARM_PROGRAM = """
 import json, os, torch, surge
 from surge.counters import counters
