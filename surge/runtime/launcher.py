@@ -224,6 +224,8 @@ def direct_launch(kernel, compiled, grid: tuple, aligned: tuple | None, sizes: t
         from triton.runtime.driver import driver
     except ImportError:
         return None
+    import torch
+
     names = getattr(kernel, "arg_names", None)
     if (compiled is None or getattr(kernel, "used_global_vals", None) or names is None
             or not all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata"))):
