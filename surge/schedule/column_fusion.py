@@ -118,9 +118,13 @@ def fuse_column_reductions(schedule: Schedule) -> Schedule:
         for node in (step.nodes if isinstance(step, KernelGroup) else [step.buffer]):
             producer_step[node.name] = step.index
     users = consumers(schedule.graph, steps)
+    # a kernel that stores into a mutated input was found safe to do so as it is
+    # (input_stores.py): no column sum joins or leaves it (one that left could run after it
+    # and read the input's new value), and its value stays stored with no copy back reading it
+    storing = {producer_step[value] for value in schedule.input_stores}
     moved = False
     for step in steps:
-        if not isinstance(step, KernelGroup):
+        if not isinstance(step, KernelGroup) or step.index in storing:
             continue
         for node in list(step.nodes):
             if not _is_column_candidate(node) or node.name in step.columns:
@@ -131,7 +135,7 @@ def fuse_column_reductions(schedule: Schedule) -> Schedule:
             first_reader = min((k for k in users.get(node.name, ()) if k >= 0), default=len(steps))
             later_ok = not (read_buffers(node) & own)
             hosts = [g for g in steps
-                     if isinstance(g, KernelGroup) and g is not step and g.nodes and
+                     if isinstance(g, KernelGroup) and g is not step and g.nodes and g.index not in storing and
                      (g.index < step.index or (later_ok and g.index < first_reader)) and
                      _shared_data(g, node) and _joins(g, node, producer_step)]
             if not hosts:
@@ -144,9 +148,10 @@ def fuse_column_reductions(schedule: Schedule) -> Schedule:
             moved = True
     if not moved:
         return schedule
-    mark_stores(schedule.graph, steps)
+    mark_stores(schedule.graph, steps, kept=set(schedule.input_stores))
     steps = [s for s in steps if not isinstance(s, KernelGroup) or s.nodes]
     for k, s in enumerate(steps):
         s.index = k
     name_groups(steps)
-    return Schedule(schedule.graph, steps, plan_memory(schedule.graph, steps))
+    return Schedule(schedule.graph, steps, plan_memory(schedule.graph, steps, schedule.input_stores),
+                    schedule.input_stores)

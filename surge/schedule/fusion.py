@@ -237,18 +237,19 @@ def consumers(graph: LoopGraph, steps: list) -> dict:
     return users
 
 
-def mark_stores(graph: LoopGraph, steps: list) -> None:
-    """Decide which group results go to memory; the rest stay in registers."""
+def mark_stores(graph: LoopGraph, steps: list, kept=()) -> None:
+    """Decide which group results go to memory; the rest stay in registers. ``kept``:
+    results stored though no step reads them (values stored into a mutated input)."""
     users = consumers(graph, steps)
     for step in steps:
         if not isinstance(step, KernelGroup):
             continue
         for node in step.nodes:
             readers = users.get(node.name, set())
-            if readers and readers <= {step.index}:
-                step.internal.append(node.name)
-            elif readers:
+            if node.name in kept or (readers and not readers <= {step.index}):
                 step.stores.append(node.name)
+            elif readers:
+                step.internal.append(node.name)
         step.nodes = [n for n in step.nodes if n.name in step.stores or n.name in step.internal]
 
 

@@ -132,3 +132,22 @@ def test_training_gradients_match_eager(threads):
         torch.set_num_threads(old)
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def _update_beside_column_sums(x, p, g):
+    """An in-place update of an input (stored into the input by its kernel) in a graph
+    whose column sum moves into a row kernel."""
+    p.add_(g * 0.1)
+    return (x * 2 + 1).sum(0), (x * 3).sum(1)
+
+
+def test_a_kernel_storing_into_a_mutated_input_survives_column_fusion():
+    compiled = surge.compile(_update_beside_column_sums, backend="cpp",
+                             options={"graph_cache": False, "raise_internal_errors": True})
+    for _ in range(2):
+        x, p, g = randn(64, 32), randn(64, 32), randn(64, 32)
+        mine, theirs = p.clone(), p.clone()
+        got, want = compiled(x, mine, g), _update_beside_column_sums(x, theirs, g)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(mine, theirs)
