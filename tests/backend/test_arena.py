@@ -10,18 +10,20 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import pytest
 import sympy
 import torch
 import torch.nn.functional as F
 
 from surge.backends.cpp import compile_aten_graph_cpp, target_for as cpp_target_for
+from surge.backends.triton import compile_aten_graph
 from surge.lowering.lower import lower_graph
 from surge.lowering.sizes import product
 from surge.options import CompileConfig, Options
 from surge.schedule import schedule_graph
 from surge.schedule.arena import extern_operands
 
-from .helpers import aten_graph, assert_matches_eager, compile_fn
+from .helpers import DEVICE, aten_graph, assert_matches_eager, compile_fn
 from .test_symbolic_sizes import symbolic_graph
 
 
@@ -56,8 +58,9 @@ def in_place_in_the_arena(x, w):
     return b @ w
 
 
-def _inputs(n=16, m=16):
-    return [torch.randn(n, m), torch.randn(n, n)]
+def _inputs(n=16, m=16, device="cpu"):
+    """CPU tensors for the C++ target; ``device=DEVICE`` for Triton (interpreted on a CPU)."""
+    return [torch.randn(n, m, device=device), torch.randn(n, n, device=device)]
 
 
 def _at(expr, values: dict) -> int:
@@ -114,7 +117,7 @@ def test_cpp_kernels_get_addresses_in_one_arena():
 
 
 def test_triton_buffers_are_views_of_one_arena():
-    inputs = _inputs()
+    inputs = _inputs(device=DEVICE)
     compiled = compile_fn(many_intermediates, *inputs, options=_options())
     plan = compiled.schedule.memory
     check_arena(compiled.schedule)
@@ -128,18 +131,18 @@ def test_triton_buffers_are_views_of_one_arena():
     call = compiled.source.split("def call(args):")[1]
     assert call.count("empty_strided(") == plan.allocator_calls
     assert compiled.memory["alignment"] == 128
-    assert_matches_eager(many_intermediates, compiled, *_inputs(), atol=1e-3, rtol=1e-3)
+    assert_matches_eager(many_intermediates, compiled, *_inputs(device=DEVICE), atol=1e-3, rtol=1e-3)
 
 
 def test_an_output_written_in_place_stays_in_its_donors_slot():
-    inputs = _inputs()
+    inputs = _inputs(device=DEVICE)
     compiled = compile_fn(in_place_in_the_arena, *inputs, options=_options())
     plan = compiled.schedule.memory
     pairs = [(n, s) for sm in plan.steps for n, s in sm.allocate if s in sm.in_place()]
     assert pairs and all(plan.arena.root_of.get(n) == plan.arena.root_of.get(s) is not None for n, s in pairs), \
         str(plan)
     check_arena(compiled.schedule)
-    assert_matches_eager(in_place_in_the_arena, compiled, *_inputs(), atol=1e-3, rtol=1e-3)
+    assert_matches_eager(in_place_in_the_arena, compiled, *_inputs(device=DEVICE), atol=1e-3, rtol=1e-3)
 
 
 def test_buffers_over_the_targets_limit_keep_their_own_allocations():
@@ -156,17 +159,20 @@ def test_buffers_over_the_targets_limit_keep_their_own_allocations():
     assert set(small) <= set(plan.arena.root_of) and not set(large) & set(plan.arena.root_of), str(plan)
 
 
-def test_symbolic_offsets_hold_at_every_size():
-    x, w = _inputs(12, 16)
+@pytest.mark.parametrize("target_name", ["cpp", "triton"])
+def test_symbolic_offsets_hold_at_every_size(target_name):
+    device = "cpu" if target_name == "cpp" else DEVICE
+    x, w = _inputs(12, 16, device)
     gm, examples = symbolic_graph(symbolic_intermediates, [x, w], {0: (0,), 1: (0, 1)})
-    compiled = compile_aten_graph_cpp(gm, examples, _options())
+    compile_ = compile_aten_graph_cpp if target_name == "cpp" else compile_aten_graph
+    compiled = compile_(gm, examples, _options())
     arena = compiled.schedule.memory.arena
     assert arena.slots and not arena.size.is_Integer   # the host code computes it per call
     symbols = compiled.schedule.graph.sizes.symbols
     for n in (2, 3, 5, 17, 64, 1000):
         check_arena(compiled.schedule, {s: n + 7 * k for k, s in enumerate(symbols)})
     for n in (3, 9, 40):
-        args = _inputs(n, 16)
+        args = _inputs(n, 16, device)
         for a, e in zip(compiled(*args), symbolic_intermediates(*args)):
             torch.testing.assert_close(a, e, atol=1e-3, rtol=1e-3)
 
