@@ -14,6 +14,7 @@ import re
 
 import torch
 
+from .guard_aliases import alias_roots
 from .guards import GuardSet, describe_actual
 from .sources import WEAK_SUFFIX, ConstSource, ConstTable, Source
 
@@ -149,14 +150,26 @@ def _guard_checks(codegen: EntryCodegen, guards: GuardSet, bound: dict, fast_pat
     With ``fast_paths``, consecutive guards about one deep-immutable captured value (a
     conv's ``stride`` tuple and its items) are one check, ``v is K or (...)``: the very
     object seen at capture passes them all by construction; another object (an alike
-    module's own tuple, a new value) is checked fact by fact."""
+    module's own tuple, a new value) is checked fact by fact. And the guards below a
+    source that ``guard_aliases`` found covered by an earlier one's are checked only when
+    the call's two objects are not one object (``a3 = v9 is v2``, then ``a3 or (...)``)."""
     assigned: list = []
+    aliases = alias_roots(guards, set(bound)) if fast_paths else {}
+    alias_tests: dict = {}  # aliased source -> the local holding its identity test
     group = None  # [root, identity test, conditions, texts, first guard]
     for guard in guards.guards:
-        root = immutable_root(guards, guard) if fast_paths else None
+        aliased = _outermost(guard, aliases)
+        root = immutable_root(guards, guard) if fast_paths and aliased is None else None
         if group is not None and root != group[0]:
             yield _group_check(group)
             group = None
+        if aliased is not None:
+            test = alias_tests.get(aliased)
+            if test is None:
+                test = alias_tests[aliased] = f"a{len(alias_tests)}"
+                codegen.lines.append(f"{test} = {codegen.value_of(aliased)} is {codegen.value_of(aliases[aliased])}")
+            yield guard, f"{test} or ({codegen.condition(guard, codegen.inline(guard.source, aliased))})", guard.text
+            continue
         if root is not None:
             if group is None:
                 group = [root, f"{codegen.value_of(root)} is {guards.immutable[root]}", [], [], guard]
@@ -176,6 +189,16 @@ def _guard_checks(codegen: EntryCodegen, guards: GuardSet, bound: dict, fast_pat
     if distinct is not None:
         # The trace took them for distinct objects (a write through one not seen through another).
         yield None, distinct, "the bound modules are distinct objects"
+
+
+def _outermost(guard, aliases: dict) -> Source | None:
+    """The outermost aliased source above (or at) the guard's source."""
+    found, source = None, guard.source
+    while source is not None and aliases:
+        if source in aliases:
+            found = source
+        source = source.parent
+    return found
 
 
 def _group_check(group) -> tuple:

@@ -197,3 +197,37 @@ def test_the_entry_of_a_resnet_like_model_stays_compact():
     # Only the classes bound more than once are in the distinctness check.
     distinct = next(line for line in source.splitlines() if line.strip().startswith("if not (len({"))
     assert "Net_" not in distinct and "Linear_" not in distinct and "Conv2d_" in distinct
+
+
+class Config:
+    def __init__(self, scale):
+        self.scale = scale
+        self.kind = "mul"
+
+
+class Scaled(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+
+    def forward(self, x):
+        return x * self.config.scale if self.config.kind == "mul" else x + self.config.scale
+
+
+def test_one_object_reached_along_several_paths_is_checked_once_and_still_guarded():
+    shared = Config(2.0)
+    model = nn.Sequential(Scaled(shared), Scaled(shared), Scaled(shared))
+    compiled, rec = compile_strict(model)
+    x = torch.randn(3)
+    same(compiled(x), model(x))
+    source = cache_for(nn.Sequential.forward.__code__, rec, False).entries[0].source
+    assert len(re.findall(r"^\s+a\d+ = v\d+ is v\d+$", source, re.M)) == 2  # layers 1 and 2 against layer 0
+    shared.scale = 3.0  # seen through every path
+    same(compiled(x), model(x))
+    model[2].config = Config(3.0)  # another object, alike: its own guards pass
+    same(compiled(x), model(x))
+    model[1].config = Config(5.0)  # another object, another value
+    same(compiled(x), model(x))
+    model[2].config.kind = "add"
+    same(compiled(x), model(x))
+    assert len(rec.graphs) == 4
