@@ -45,7 +45,7 @@ def deep_immutable(value) -> bool:
     fact a guard established about it holds for as long as the object lives."""
     if type(value) in VALUE_TYPES:
         return True
-    return type(value) in (tuple, torch.Size) and all(deep_immutable(item) for item in value)
+    return type(value) is tuple and all(deep_immutable(item) for item in value)
 
 
 class GuardSet:
