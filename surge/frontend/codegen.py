@@ -274,9 +274,10 @@ def entry_source(guards: GuardSet, consts: ConstTable, *, input_sources: list, r
 def weak_constant_lines(consts: ConstTable, guard_lines: list[str]) -> list[str]:
     """The weakly held constants, read from their weak references; a dead one is a miss.
     A rebound module that the guards bind from the call before naming it needs no read."""
+    first = _first_uses(consts.rebound, guard_lines)
     lines = []
     for name in consts.weak:
-        if name in consts.rebound and _bound_before_use(name, guard_lines):
+        if name in first and guard_lines[first[name]].startswith(f"{name} = "):
             continue
         lines.append(f"{name} = {name}{WEAK_SUFFIX}()")
         if name not in consts.rebound:  # a rebound module is read from the call at its first guard
@@ -284,12 +285,17 @@ def weak_constant_lines(consts: ConstTable, guard_lines: list[str]) -> list[str]
     return lines
 
 
-def _bound_before_use(name: str, lines: list[str]) -> bool:
-    word = re.compile(rf"\b{re.escape(name)}\b")
-    for line in lines:
-        if word.search(line):
-            return line.startswith(f"{name} = ")
-    return False  # never named by the guards: read it (the body may name it)
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+
+
+def _first_uses(names, lines: list[str]) -> dict:
+    """The index of the first line naming each of ``names`` (one pass over the lines)."""
+    first: dict = {}
+    for i, line in enumerate(lines if names else ()):
+        for word in _IDENTIFIER.findall(line):
+            if word in names and word not in first:
+                first[word] = i
+    return first
 
 
 def identity_target(guard) -> str | None:
