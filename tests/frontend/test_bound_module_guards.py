@@ -231,3 +231,25 @@ def test_one_object_reached_along_several_paths_is_checked_once_and_still_guarde
     model[2].config.kind = "add"
     same(compiled(x), model(x))
     assert len(rec.graphs) == 4
+
+
+class Holder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pair = (torch.ones(3), 2.0)  # a tuple holding a tensor: not immutable
+        self.sizes = ((1, 3), -0.0)
+
+    def forward(self, x):
+        return x * self.pair[0] * self.pair[1] + self.sizes[1] + self.sizes[0][1]
+
+
+def test_a_tuple_holding_a_tensor_keeps_its_tensor_checks():
+    model = Holder()
+    compiled, rec = compile_strict(model)
+    x = torch.randn(3)
+    same(compiled(x), model(x))
+    model.pair[0].data = torch.full((3,), 2.0, dtype=torch.float64)  # the same tuple object
+    same(compiled(x), model(x))
+    model.sizes = ((1, 3), 0.0)  # equal tuple, another object: -0.0 and 0.0 differ in sign only
+    same(compiled(x), model(x))
+    assert len(rec.graphs) == 3
