@@ -10,9 +10,11 @@ from __future__ import annotations
 import builtins
 import functools
 import itertools
+import re
 
 import torch
 
+from .guard_aliases import alias_roots
 from .guards import GuardSet, describe_actual
 from .sources import WEAK_SUFFIX, ConstSource, ConstTable, Source
 
@@ -48,13 +50,21 @@ class EntryCodegen:
         self._locals[source] = name
         return name
 
-    def condition(self, guard) -> str:
+    def inline(self, source: Source, root: Source) -> str:
+        """The expression of ``source``, a part of ``root``, read from root's local and
+        assigned to no local (it is evaluated only when root's identity test fails)."""
+        if source == root:
+            return self.value_of(root)
+        return source.expr(self.inline(source.parent, root), self.consts)
+
+    def condition(self, guard, value: str | None = None) -> str:
+        """The guard's condition; ``value``: the expression standing for its source's value."""
         text = guard.condition
         for token, source in guard.more:
             text = text.replace(token, self.value_of(source))
         if guard.source is None:
             return text
-        text = text.replace("{v}", self.value_of(guard.source))
+        text = text.replace("{v}", value or self.value_of(guard.source))
         if guard.other is not None:
             text = text.replace("{w}", self.value_of(guard.other))
         return text
@@ -99,10 +109,10 @@ def module_check(module: torch.nn.Module, cls_name: str) -> str:
     """What the trace took for granted of a module it held by identity (``{v}``: the
     call's module): its class, whether the instance overrides ``forward`` and whether it
     has backward hooks. Everything else it read is guarded where it was read."""
-    has_forward = "forward" in module.__dict__
-    has_backward_hooks = bool(module._backward_hooks or module._backward_pre_hooks)
-    return (f"type({{v}}) is {cls_name} and ('forward' in {{v}}.__dict__) is {has_forward} "
-            f"and bool({{v}}._backward_hooks or {{v}}._backward_pre_hooks) is {has_backward_hooks}")
+    forward = "in" if "forward" in module.__dict__ else "not in"
+    backward_hooks = "" if module._backward_hooks or module._backward_pre_hooks else "not "
+    return (f"type({{v}}) is {cls_name} and 'forward' {forward} {{v}}.__dict__ "
+            f"and {backward_hooks}({{v}}._backward_hooks or {{v}}._backward_pre_hooks)")
 
 
 def module_bindings(guards: GuardSet, consts: ConstTable) -> dict:
@@ -119,12 +129,53 @@ def module_bindings(guards: GuardSet, consts: ConstTable) -> dict:
             if name in targets and isinstance(value, torch.nn.Module)}
 
 
-def _guard_checks(codegen: EntryCodegen, guards: GuardSet, bound: dict):
-    """(condition, comment) per check, in guard order; the lines a condition needs are
-    added to ``codegen.lines`` before it is yielded. A ``bound`` constant is read from
-    the call at its first identity guard (``K = v3``) and checked to be alike."""
+def immutable_root(guards: GuardSet, guard) -> Source | None:
+    """The outermost source above (or at) the guard's source whose captured value was
+    deep-immutable (``guards.immutable``): the guard is a fact about that object."""
+    if guard.source is None or guard.other is not None or guard.more:
+        return None
+    root, source = None, guard.source
+    while source is not None:
+        if guards.immutable.get(source) is not None:
+            root = source
+        source = source.parent
+    return root
+
+
+def _guard_checks(codegen: EntryCodegen, guards: GuardSet, bound: dict, fast_paths: bool = True):
+    """(guard, condition, comment) per check, in guard order; the lines a condition needs
+    are added to ``codegen.lines`` before it is yielded. A ``bound`` constant is read from
+    the call at its first identity guard (``K = v3``) and checked to be alike.
+
+    With ``fast_paths``, consecutive guards about one deep-immutable captured value (a
+    conv's ``stride`` tuple and its items) are one check, ``v is K or (...)``: the very
+    object seen at capture passes them all by construction; another object (an alike
+    module's own tuple, a new value) is checked fact by fact. And the guards below a
+    source that ``guard_aliases`` found covered by an earlier one's are checked only when
+    the call's two objects are not one object (``a3 = v9 is v2``, then ``a3 or (...)``)."""
     assigned: list = []
+    aliases = alias_roots(guards, set(bound)) if fast_paths else {}
+    alias_tests: dict = {}  # aliased source -> the local holding its identity test
+    group = None  # [root, identity test, conditions, texts, first guard]
     for guard in guards.guards:
+        aliased = _outermost(guard, aliases)
+        root = immutable_root(guards, guard) if fast_paths and aliased is None else None
+        if group is not None and root != group[0]:
+            yield _group_check(group)
+            group = None
+        if aliased is not None:
+            test = alias_tests.get(aliased)
+            if test is None:
+                test = alias_tests[aliased] = f"a{len(alias_tests)}"
+                codegen.lines.append(f"{test} = {codegen.value_of(aliased)} is {codegen.value_of(aliases[aliased])}")
+            yield guard, f"{test} or ({codegen.condition(guard, codegen.inline(guard.source, aliased))})", guard.text
+            continue
+        if root is not None:
+            if group is None:
+                group = [root, f"{codegen.value_of(root)} is {guards.immutable[root]}", [], [], guard]
+            group[2].append(codegen.condition(guard, codegen.inline(guard.source, root)))
+            group[3].append(guard.text)
+            continue
         target = identity_target(guard)
         if target in bound and target not in assigned:
             assigned.append(target)
@@ -132,10 +183,43 @@ def _guard_checks(codegen: EntryCodegen, guards: GuardSet, bound: dict):
             yield guard, bound[target].replace("{v}", target), f"{guard.text} (or alike)"
             continue
         yield guard, codegen.condition(guard), guard.text
-    if len(assigned) > 1:
+    if group is not None:
+        yield _group_check(group)
+    distinct = _distinct_check(assigned, dict(codegen.consts.objects()))
+    if distinct is not None:
         # The trace took them for distinct objects (a write through one not seen through another).
-        yield (None, f"len({{{', '.join(f'id({t})' for t in assigned)}}}) == {len(assigned)}",
-               "the bound modules are distinct objects")
+        yield None, distinct, "the bound modules are distinct objects"
+
+
+def _outermost(guard, aliases: dict) -> Source | None:
+    """The outermost aliased source above (or at) the guard's source."""
+    found, source = None, guard.source
+    while source is not None and aliases:
+        if source in aliases:
+            found = source
+        source = source.parent
+    return found
+
+
+def _group_check(group) -> tuple:
+    _root, identical, conditions, texts, first = group
+    return first, f"{identical} or ({' and '.join(conditions)})", "; ".join(texts)
+
+
+def _distinct_check(assigned: list, captured: dict) -> str | None:
+    """That the call's bound modules are distinct objects, as the trace's were. The class
+    checks have passed by then, and one object has one class: only modules of a class
+    bound more than once can be one object. A set of the modules themselves dedupes by
+    identity first (so a class's ``__eq__`` can only merge distinct ones, a miss);
+    classes with a ``__hash__`` of their own are put in by ``id``."""
+    by_class: dict = {}
+    for name in assigned:
+        by_class.setdefault(type(captured.get(name)), []).append(name)
+    names = [name for members in by_class.values() if len(members) > 1 for name in members]
+    if len(names) < 2:
+        return None
+    items = [name if type(captured.get(name)).__hash__ is object.__hash__ else f"id({name})" for name in names]
+    return f"len({{{', '.join(items)}}}) == {len(items)}"
 
 
 def entry_source(guards: GuardSet, consts: ConstTable, *, input_sources: list, return_expr, effects=None,
@@ -178,7 +262,7 @@ def entry_source(guards: GuardSet, consts: ConstTable, *, input_sources: list, r
             body += ["state = [result]", "del result", f"return {hand_off}(fn, state)"]
     if weak_constants:  # every constant is named by now
         consts.rebound.update(bound)  # read from the call: the captured module may die
-        guard_lines = weak_constant_lines(consts) + guard_lines
+        guard_lines = weak_constant_lines(consts, guard_lines) + guard_lines
     name = f"surge_entry_{next(_entry_ids)}"
     lines = [f"def {name}(fn, args, kwargs):", "    try:"]
     lines += _indent(guard_lines or ["pass"], 2)
@@ -187,14 +271,31 @@ def entry_source(guards: GuardSet, consts: ConstTable, *, input_sources: list, r
     return name, "\n".join(lines) + "\n"
 
 
-def weak_constant_lines(consts: ConstTable) -> list[str]:
-    """The weakly held constants, read from their weak references; a dead one is a miss."""
+def weak_constant_lines(consts: ConstTable, guard_lines: list[str]) -> list[str]:
+    """The weakly held constants, read from their weak references; a dead one is a miss.
+    A rebound module that the guards bind from the call before naming it needs no read."""
+    first = _first_uses(consts.rebound, guard_lines)
     lines = []
     for name in consts.weak:
+        if name in first and guard_lines[first[name]].startswith(f"{name} = "):
+            continue
         lines.append(f"{name} = {name}{WEAK_SUFFIX}()")
         if name not in consts.rebound:  # a rebound module is read from the call at its first guard
             lines += [f"if {name} is None:  # the object died", "    return MISS"]
     return lines
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+
+
+def _first_uses(names, lines: list[str]) -> dict:
+    """The index of the first line naming each of ``names`` (one pass over the lines)."""
+    first: dict = {}
+    for i, line in enumerate(lines if names else ()):
+        for word in _IDENTIFIER.findall(line):
+            if word in names and word not in first:
+                first[word] = i
+    return first
 
 
 def identity_target(guard) -> str | None:
@@ -215,7 +316,7 @@ def generate_diagnosis(guards: GuardSet, consts: ConstTable):
     lines = ["def diagnose(fn, args, kwargs):"]
     checks: list = []
     # Taken one at a time: each check's reads are the lines the generator added for it.
-    for i, check in enumerate(_guard_checks(codegen, guards, module_bindings(guards, consts))):
+    for i, check in enumerate(_guard_checks(codegen, guards, module_bindings(guards, consts), fast_paths=False)):
         checks.append(check)
         guard, cond, text = check
         new = list(codegen.lines)

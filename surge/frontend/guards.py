@@ -20,6 +20,8 @@ from .variables.constant import is_numpy_scalar
 # Python values a guard compares by value; every other object is compared by
 # identity or by type.
 VALUE_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis))
+# Tensor classes whose properties are torch's own (a subclass may redefine ``is_cpu``).
+_TORCH_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,11 +40,23 @@ class Guard:
         return (self.source, self.condition, self.other, self.more)
 
 
+def deep_immutable(value) -> bool:
+    """A value no operation can change: a number, string, ... or a tuple of such. Every
+    fact a guard established about it holds for as long as the object lives."""
+    if type(value) in VALUE_TYPES:
+        return True
+    return type(value) is tuple and all(deep_immutable(item) for item in value)
+
+
 class GuardSet:
     def __init__(self, consts: ConstTable):
         self.consts = consts
         self.guards: list[Guard] = []
         self._keys: set = set()
+        # Sources whose value was a deep-immutable object: the constant naming that object
+        # (None once the source was seen holding two objects). An entry checks the call's
+        # value is that very object first; only another object gets the guards' checks.
+        self.immutable: dict[Source, str | None] = {}
 
     def add(self, source: Source | None, condition: str, text: str, other: Source | None = None,
             actual=None, more: tuple = ()) -> None:
@@ -52,15 +66,27 @@ class GuardSet:
         self._keys.add(guard.key())
         self.guards.append(guard)
 
+    def _captured(self, source: Source, value) -> None:
+        if not deep_immutable(value) or value is None or isinstance(value, bool) or value is Ellipsis:
+            return  # None, True, False, ...: their guards are identity tests already
+        # Named now, so that the constant is among those a capture stores (disk_cache.py).
+        name = self.consts.ref(value, f"{type(value).__name__}_value")
+        if self.immutable.setdefault(source, name) != name:
+            self.immutable[source] = None
+
     # ---- the guard kinds -------------------------------------------------
 
     def tensor(self, source: Source, value: torch.Tensor) -> None:
         cls = self.consts.ref(type(value), type(value).__name__)
         dtype = self.consts.ref(value.dtype, str(value.dtype).replace("torch.", ""))
-        device = self.consts.ref(value.device, "device_" + value.device.type)
+        if value.device.type == "cpu" and type(value) in _TORCH_TENSOR_TYPES:
+            # A CPU tensor's device has no index: one bool read, no device object made.
+            device = "{v}.is_cpu"
+        else:
+            device = f"{{v}}.device == {self.consts.ref(value.device, 'device_' + value.device.type)}"
         shape, stride = tuple(value.shape), value.stride()
         condition = (
-            f"type({{v}}) is {cls} and {{v}}.dtype is {dtype} and {{v}}.device == {device} "
+            f"type({{v}}) is {cls} and {{v}}.dtype is {dtype} and {device} "
             f"and {{v}}.shape == {shape!r} and {{v}}.stride() == {stride!r} "
             f"and {{v}}.requires_grad is {value.requires_grad}"
         )
@@ -71,6 +97,7 @@ class GuardSet:
         self.add(source, condition, text, actual=_tensor_difference(_tensor_fields(value)))
 
     def constant(self, source: Source, value) -> None:
+        self._captured(source, value)
         if value is None or isinstance(value, bool) or value is Ellipsis:
             self.add(source, f"{{v}} is {value!r}", f"{source.name()} is {value!r}")
         elif isinstance(value, float) and math.isnan(value):
@@ -112,7 +139,11 @@ class GuardSet:
         self.add(source, f"type({{v}}) is {ref}", f"type({source.name()}) is {cls.__qualname__}",
                  actual=lambda v: type(v).__qualname__)
 
-    def length(self, source: Source, cls: type, n: int) -> None:
+    def length(self, source: Source, cls: type, n: int, value=None) -> None:
+        """``value``: the container itself, when the caller has it (a tuple of constants
+        is then checked by identity first)."""
+        if value is not None:
+            self._captured(source, value)
         ref = self.consts.ref(cls, cls.__name__)
         self.add(source, f"type({{v}}) is {ref} and len({{v}}) == {n}",
                  f"type({source.name()}) is {cls.__qualname__} and len == {n}", actual=_type_and_length)

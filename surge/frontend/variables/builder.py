@@ -67,7 +67,7 @@ def wrap_value(tx, value, source):
     if type(value) in (tuple, list) or (isinstance(value, tuple) and hasattr(type(value), "_fields")) \
             or isinstance(value, torch.Size):
         if guards:
-            guards.length(source, type(value), len(value))
+            guards.length(source, type(value), len(value), value)
         items = [wrap_value(tx, v, ItemSource(source, i) if source is not None else None)
                  for i, v in enumerate(value)]
         if isinstance(value, list):
