@@ -18,10 +18,11 @@ import torch
 
 from ..errors import Unsupported
 from ..frontend.shape_env import env_of, expr_of, hint_of, is_symbolic
-from ..frontend.symbolic import Fn, Symbol
+from ..frontend.symbolic import MATH_FUNCTIONS, Fn, Symbol
 
 _FN_OPS = {"floordiv": operator.floordiv, "mod": operator.mod, "truediv": operator.truediv,
-           "max": torch.sym_max, "min": torch.sym_min}
+           "max": torch.sym_max, "min": torch.sym_min,
+           **{name: getattr(torch, f"_sym_{name}") for name in MATH_FUNCTIONS}}
 
 
 def symbolic_placeholder_meta(node: torch.fx.Node):
@@ -87,12 +88,12 @@ class SymbolNodes:
                 raise Unsupported(f"size symbol {atom.name} is not an input of the graph")
             return node
         assert isinstance(atom, Fn)
-        a, b = (x.constant() if x.constant() is not None else self._emit(x) for x in atom.args)
-        return self._node(_FN_OPS[atom.op], a, b)
+        args = tuple(x.constant() if x.constant() is not None else self._emit(x) for x in atom.args)
+        return self._node(_FN_OPS[atom.op], *args)
 
-    def _node(self, fn, a, b):
-        node = self.graph.call_function(fn, (a, b))
-        node.meta["val"] = fn(*(x.meta["val"] if isinstance(x, torch.fx.Node) else x for x in (a, b)))
+    def _node(self, fn, *args):
+        node = self.graph.call_function(fn, args)
+        node.meta["val"] = fn(*(x.meta["val"] if isinstance(x, torch.fx.Node) else x for x in args))
         return node
 
 

@@ -31,7 +31,8 @@ from .breaks import (
 from .cache_entry import BreakReason, CacheEntry
 from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
 from .codegen import EntryCodegen, generate_diagnosis, generate_entry
-from .dynamic_dims import DynamicDims, install_shape_guards
+from .dynamic_dims import DynamicDims, DynamicState, install_shape_guards
+from .number_tensors import StaticNumbersNeeded, for_static_backend, has_numbers
 from .global_state import functorch_transform_active, preserved_global_state
 from .interpreter import Frame
 from .interpreter.frame import StopForBreak
@@ -170,6 +171,16 @@ def _reason(error: Unsupported) -> BreakReason:
 
 def _capture(fn, args, kwargs, options, backend, start, dynamic_state=None,
              stop: BreakPoint | None = None) -> CacheEntry:
+    if dynamic_state is None:  # one state for the retries below
+        dynamic_state = DynamicState()
+    while True:
+        try:
+            return _capture_once(fn, args, kwargs, options, backend, start, dynamic_state, stop)
+        except StaticNumbersNeeded:
+            continue   # the numbers named are static now (DynamicState.static_numbers)
+
+
+def _capture_once(fn, args, kwargs, options, backend, start, dynamic_state, stop) -> CacheEntry:
     tracer = Tracer(options)
     tracer.dynamic = DynamicDims(options, dynamic_state, backend)
     tracer.fresh_parameters = fresh_parameters(fn.__code__)
@@ -198,6 +209,8 @@ def _capture(fn, args, kwargs, options, backend, start, dynamic_state=None,
                     return _finish_at_break(tracer, fn, frame, stop, backend, start)
             close_open_blocks(tracer)
             return _finish(tracer, fn, result, options, backend, start)
+    except StaticNumbersNeeded:
+        raise
     except Unsupported as e:
         if options.fullgraph:
             raise
@@ -256,12 +269,17 @@ def _compile_graph(tracer: Tracer, fn, outputs: list, backend, skip_empty: bool)
         return None, None
     gm = builder.graph_module()
     example_inputs = [real for _, real in builder.inputs]
+    wrap = None
+    if tracer.dynamic.numbers_as_tensors and has_numbers(gm):
+        gm, example_inputs, wrap = for_static_backend(tracer.dynamic, gm, example_inputs)
     if logs.enabled("graph"):
         logs.log("graph", f"captured graph of {fn.__qualname__}:\n{gm.print_readable(print_output=False)}")
     write_current(tracer.options, "source.py", source_of(fn))
     write_current(tracer.options, "graph.py", lambda: gm.print_readable(print_output=False))
     with phase_timer.phase("other"):  # the backend times its own phases; the rest is not capture
         compiled = call_backend(backend, gm, example_inputs)
+    if wrap is not None:
+        compiled = wrap(compiled)
     install_shape_guards(tracer)  # after the backend: tracing the graph may decide on sizes too
     if any(n.target in AUTOCAST_GRAPH_FUNCTIONS for n in gm.graph.nodes):
         compiled = restore_autocast_on_error(compiled)

@@ -28,7 +28,7 @@ import torch
 from .. import logs
 from .shape_env import ShapeEnv, expr_of, is_symbolic
 from .sources import ArgSource, DefaultSource, ItemSource, KwargSource, Source
-from .symbolic import Expr, Fn, Rel, Symbol
+from .symbolic import MATH_FUNCTIONS, Expr, Fn, Rel, Symbol
 from .variables.base import unsupported
 
 
@@ -64,6 +64,9 @@ class DynamicState:
     dims: dict = field(default_factory=dict)
     numbers: dict = field(default_factory=dict)
     dynamic_numbers: set = field(default_factory=set)
+    # Numbers a backend without symbolic inputs cannot take as 0-d tensors (used as sizes):
+    # compiled static (number_tensors.py).
+    static_numbers: set = field(default_factory=set)
 
 
 def accepts_symbolic_sizes(backend) -> bool:
@@ -81,6 +84,9 @@ class DynamicDims:
         self.state = state if state is not None else DynamicState()
         self.env = ShapeEnv()
         self.allowed = self.mode is not False and accepts_symbolic_sizes(backend)
+        # A backend without symbolic sizes still gets symbolic numbers: the frontend hands
+        # them over as 0-d tensors where they only meet tensor arithmetic (number_tensors.py).
+        self.numbers_as_tensors = self.mode is not False and not self.allowed
         self._refused_logged = False
         self.backend = backend
 
@@ -180,8 +186,7 @@ class DynamicDims:
             return None
         if type(value) is int and value in (0, 1):
             return None
-        if not self.allowed:
-            self._refuse(name)
+        if name in self.state.static_numbers:
             return None
         reason = "dynamic=True" if self.mode is True else "its value changed between calls (automatic dynamic)"
         sym = self.env.number_symbol(source, value, reason)
@@ -269,7 +274,8 @@ def tensor_guard(tx, source, value: torch.Tensor, sizes, strides) -> None:
 
 
 _FN_OPS = {"floordiv": operator.floordiv, "mod": operator.mod, "truediv": operator.truediv,
-           "max": torch.sym_max, "min": torch.sym_min}
+           "max": torch.sym_max, "min": torch.sym_min,
+           **{name: getattr(torch, f"_sym_{name}") for name in MATH_FUNCTIONS}}
 
 
 def _emit(tx, env: ShapeEnv, expr):
@@ -298,13 +304,13 @@ def _emit_atom(tx, env, atom):
         source = env.symbols[atom].source
         return tx.graph.placeholder(source, env.hint(atom), source.name(), meta=env.value_of(atom))
     assert isinstance(atom, Fn)
-    a, b = (_emit(tx, env, x) if x.constant() is None else x.constant() for x in atom.args)
-    return _node(tx, env, _FN_OPS[atom.op], a, b)
+    args = (_emit(tx, env, x) if x.constant() is None else x.constant() for x in atom.args)
+    return _node(tx, env, _FN_OPS[atom.op], *args)
 
 
-def _node(tx, env, fn, a, b):
-    node = tx.graph.create_node("call_function", fn, (a, b), {}, tx.stack_trace())
-    node.meta["val"] = fn(_meta_val(a), _meta_val(b))
+def _node(tx, env, fn, *args):
+    node = tx.graph.create_node("call_function", fn, args, {}, tx.stack_trace())
+    node.meta["val"] = fn(*(_meta_val(a) for a in args))
     return node
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import logs
-from .symbolic import INF, Expr, Fn, Rel, Symbol, apply_fn, decide, value_range
+from .symbolic import INF, MATH_FUNCTIONS, Expr, Fn, Rel, Symbol, apply_fn, decide, value_range
 
 
 @dataclass
@@ -104,6 +104,8 @@ class ShapeEnv:
         return out
 
     def _simplify_fn(self, fn: Fn):
+        if fn.op in MATH_FUNCTIONS:
+            return apply_fn(fn.op, self.simplify(fn.args[0]))
         a, b = (self.simplify(x) for x in fn.args)
         if fn.op in ("max", "min"):
             low, high = value_range(a - b, self.range)
@@ -578,6 +580,18 @@ class SizeNode:
 
     def is_non_overlapping_and_dense_indicator(self, sizes, strides):
         return self._const(int(non_overlapping_and_dense(self.env, sizes, strides)))
+
+
+def _math_method(name):
+    """``SizeNode.sym_sqrt`` and the like: ``math.sqrt`` of a symbolic number stays symbolic."""
+    def method(self):
+        return SizeNode(self.env, apply_fn(name, self.expr), float, getattr(math, name)(self._hint))
+    method.__name__ = f"sym_{name}"
+    return method
+
+
+for _name in MATH_FUNCTIONS:
+    setattr(SizeNode, f"sym_{_name}", _math_method(_name))
 
 
 def _where(file, line) -> str:

@@ -25,6 +25,7 @@ from .containers import (
 )
 from .instance_checks import isinstance_of, issubclass_of
 from .iterators import EnumerateIterator, FilterIterator, MapIterator, ReversedIterator, ZipIterator, iterator_of
+from ..shape_env import is_symbolic
 from .tensor import TensorVariable, record_op
 
 BUILTIN_RULES: dict = {}
@@ -581,6 +582,10 @@ def _pure_math(fn):
     def rule(tx, *args, **kwargs):
         if any(isinstance(a, TensorVariable) for a in args):
             unsupported(f"math.{fn.__name__}() of a tensor reads its data into Python")
+        symbolic_form = getattr(torch, f"_sym_{fn.__name__}", None)
+        if symbolic_form is not None and len(args) == 1 and not kwargs and isinstance(args[0], ConstantVariable) \
+                and is_symbolic(args[0].symbolic_value()):
+            return ConstantVariable(symbolic_form(args[0].symbolic_value()))  # stays symbolic, no guard
         return ConstantVariable(fold(fn, args, kwargs))
     return rule
 
