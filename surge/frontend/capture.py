@@ -32,7 +32,8 @@ from .cache_entry import BreakReason, CacheEntry
 from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
 from .codegen import EntryCodegen, generate_diagnosis, generate_entry
 from .dynamic_dims import DynamicDims, DynamicState, install_shape_guards
-from .number_tensors import StaticNumbersNeeded, for_static_backend, has_numbers
+from .number_tensors import StaticNumbersNeeded, has_numbers, numbers_for_backend
+from .shape_env import DataDependent
 from .global_state import functorch_transform_active, preserved_global_state
 from .interpreter import Frame
 from .interpreter.frame import StopForBreak
@@ -178,6 +179,11 @@ def _capture(fn, args, kwargs, options, backend, start, dynamic_state=None,
             return _capture_once(fn, args, kwargs, options, backend, start, dynamic_state, stop)
         except StaticNumbersNeeded:
             continue   # the numbers named are static now (DynamicState.static_numbers)
+        except DataDependent as e:
+            if dynamic_state.scalar_reads_break is not None:
+                raise  # not a read's doing: cannot happen without reads in the graph
+            dynamic_state.scalar_reads_break = e.why
+            logs.log("dynamic", f"{fn.__qualname__}: values read back from tensors break the graph: {e.why}")
 
 
 def _capture_once(fn, args, kwargs, options, backend, start, dynamic_state, stop) -> CacheEntry:
@@ -270,8 +276,12 @@ def _compile_graph(tracer: Tracer, fn, outputs: list, backend, skip_empty: bool)
     gm = builder.graph_module()
     example_inputs = [real for _, real in builder.inputs]
     wrap = None
-    if tracer.dynamic.numbers_as_tensors and has_numbers(gm):
-        gm, example_inputs, wrap = for_static_backend(tracer.dynamic, gm, example_inputs)
+    dynamic = tracer.dynamic
+    if (dynamic.numbers_as_tensors or dynamic.reads_as_tensors) and has_numbers(gm):
+        # A backend without symbolic numbers, or without reads of tensor data, gets them
+        # as 0-d tensors (number_tensors.py).
+        gm, example_inputs, wrap = numbers_for_backend(dynamic, gm, example_inputs,
+                                                       only_reads=not dynamic.numbers_as_tensors)
     if logs.enabled("graph"):
         logs.log("graph", f"captured graph of {fn.__qualname__}:\n{gm.print_readable(print_output=False)}")
     write_current(tracer.options, "source.py", source_of(fn))

@@ -67,6 +67,17 @@ class DynamicState:
     # Numbers a backend without symbolic inputs cannot take as 0-d tensors (used as sizes):
     # compiled static (number_tensors.py).
     static_numbers: set = field(default_factory=set)
+    # Why values read back from tensors break this code's graphs although
+    # capture_scalar_outputs is on (a decision on one, a use the backend cannot take).
+    scalar_reads_break: str | None = None
+
+
+def accepts_scalar_reads(backend) -> bool:
+    """Whether a backend takes graphs that read values back from tensors (``item`` nodes
+    giving data-dependent symbols, as Dynamo hands them); surge's aot backends take such
+    values as 0-d tensors instead (number_tensors.py)."""
+    target = backend.func if isinstance(backend, functools.partial) else backend
+    return getattr(target, "accepts_scalar_reads", True)
 
 
 def accepts_symbolic_sizes(backend) -> bool:
@@ -87,6 +98,7 @@ class DynamicDims:
         # A backend without symbolic sizes still gets symbolic numbers: the frontend hands
         # them over as 0-d tensors where they only meet tensor arithmetic (number_tensors.py).
         self.numbers_as_tensors = self.mode is not False and not self.allowed
+        self.reads_as_tensors = not accepts_scalar_reads(backend)
         self._refused_logged = False
         self.backend = backend
 
@@ -301,6 +313,8 @@ def _emit(tx, env: ShapeEnv, expr):
 
 def _emit_atom(tx, env, atom):
     if isinstance(atom, Symbol):
+        if env.is_unbacked(atom):
+            return env.symbols[atom].node   # the graph's read of it
         source = env.symbols[atom].source
         return tx.graph.placeholder(source, env.hint(atom), source.name(), meta=env.value_of(atom))
     assert isinstance(atom, Fn)
@@ -338,6 +352,8 @@ def symbolic_expression(codegen, value) -> str:
     """Python source computing a symbolic int/float from the entry's reads of its symbols."""
     node = value.node
     env = node.env
+    if isinstance(node.expr, (Expr, Rel)) and env.data_dependent(node.expr):
+        env.refuse_data_dependent(node.expr, "the value, returned or handed across a graph break,")
     if isinstance(node.expr, (Expr,)):
         expr = env.simplify(node.expr)
         text = expr.render(lambda s: codegen.value_of(env.symbols[s].source))

@@ -24,6 +24,7 @@ import torch
 import torch.fx
 
 from .. import logs
+from .shape_env import DataDependent
 from .symbolic import MATH_FUNCTIONS
 
 # Python arithmetic on numbers -> the same on 0-d tensors (numbers.float64 / int64 keep
@@ -73,10 +74,10 @@ def _tensor_val(a):
     return None
 
 
-def _consumer_ok(user: torch.fx.Node, number: torch.fx.Node) -> bool:
+def _consumer_ok(user: torch.fx.Node, number: torch.fx.Node, selected) -> bool:
     """Whether ``number`` is only a direct operand of ``user`` where a 0-d tensor may stand."""
     if _is_number(user):
-        return user.op == "call_function" and user.target in _NUMBER_OPS
+        return selected(user) and user.op == "call_function" and user.target in _NUMBER_OPS
     if not isinstance(user.meta.get("val"), torch.Tensor):
         return False
     if user.op == "call_function":
@@ -98,38 +99,42 @@ def _consumer_ok(user: torch.fx.Node, number: torch.fx.Node) -> bool:
     return any(_tensor_val(a) is not None for a in (*user.args, *user.kwargs.values()))
 
 
-def unconvertible_numbers(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
-    """The number placeholders (and numbers computed from them) with a use no 0-d tensor
-    can take; their placeholders are what the capture must compile static."""
-    bad_roots = []
-    for node in gm.graph.nodes:
-        if not _is_number(node) or node.op not in ("placeholder", "call_function", "call_method"):
-            continue
-        if node.op == "call_function" and node.target not in _NUMBER_OPS:
-            bad_roots.append(node)
-            continue
-        if node.op == "call_method" and node.target != "item":
-            bad_roots.append(node)
-            continue
-        if any(not _consumer_ok(u, node) for u in node.users) or _output_use(node):
-            bad_roots.append(node)
-    return bad_roots
-
-
-def _output_use(node) -> bool:
-    return any(u.op == "output" for u in node.users)
+def is_scalar_read(node) -> bool:
+    """A value the graph reads back from a tensor (``.item()``)."""
+    return node.op == "call_method" and node.target == "item"
 
 
 def number_roots(node: torch.fx.Node) -> set:
-    """The placeholders and scalar reads (``item`` nodes) a number node is computed from."""
+    """The placeholders and scalar reads a number node is computed from."""
     out, stack = set(), [node]
     while stack:
         n = stack.pop()
-        if n.op == "placeholder" or (n.op == "call_method" and n.target == "item"):
+        if n.op == "placeholder" or is_scalar_read(n):
             out.add(n)
             continue
         stack.extend(a for a in n.all_input_nodes if _is_number(a))
     return out
+
+
+def selector(only_reads: bool):
+    """Which number nodes to convert: all of them, or those computed from scalar reads only."""
+    if not only_reads:
+        return _is_number
+    return lambda n: _is_number(n) and all(is_scalar_read(r) for r in number_roots(n))
+
+
+def unconvertible_numbers(gm: torch.fx.GraphModule, selected) -> list[torch.fx.Node]:
+    """The selected number nodes with a use no 0-d tensor can take."""
+    bad = []
+    for node in gm.graph.nodes:
+        if not selected(node):
+            continue
+        if node.op == "placeholder" or is_scalar_read(node) or \
+                (node.op == "call_function" and node.target in _NUMBER_OPS):
+            if all(u.op != "output" and _consumer_ok(u, node, selected) for u in node.users):
+                continue
+        bad.append(node)
+    return bad
 
 
 def has_numbers(gm: torch.fx.GraphModule) -> bool:
@@ -152,9 +157,9 @@ class NumbersAsTensors:
         return self.compiled(*args)
 
 
-def convert(gm: torch.fx.GraphModule, example_inputs: list):
-    """(new graph module, new example inputs, conversions) with every number a 0-d tensor.
-    The caller has checked ``unconvertible_numbers`` is empty."""
+def convert(gm: torch.fx.GraphModule, example_inputs: list, selected=_is_number):
+    """(new graph module, new example inputs, conversions) with every selected number a 0-d
+    tensor. The caller has checked ``unconvertible_numbers`` is empty."""
     graph = torch.fx.Graph()
     env: dict = {}
     conversions = []
@@ -164,7 +169,7 @@ def convert(gm: torch.fx.GraphModule, example_inputs: list):
         if node.op == "placeholder":
             new = graph.placeholder(node.name)
             new.meta.update(node.meta)
-            if _is_number(node):
+            if selected(node):
                 dtype = _number_kind(node)
                 new.meta["val"] = torch.empty((), dtype=dtype, device="meta")
                 new.meta["device"] = torch.device("cpu")
@@ -173,18 +178,19 @@ def convert(gm: torch.fx.GraphModule, example_inputs: list):
             env[node] = new
             position += 1
             continue
-        if node.op == "call_method" and node.target == "item" and _is_number(node):
+        if is_scalar_read(node) and selected(node):
             # A value read back from a tensor: the tensor itself, out of autograd (as
             # .item() is), at a Python number's precision.
             source = env[node.args[0]]
             detached = _meta_node(graph, "call_method", "detach", (source,), {}, node)
             env[node] = _meta_node(graph, "call_method", "to", (detached, _number_kind(node)), {}, node)
             continue
-        if _is_number(node):
+        if selected(node):
             env[node] = _number_op(graph, node, env)
             continue
-        if node.op in ("call_function", "call_method") and any(_is_number(a) for a in node.all_input_nodes):
-            env[node] = _tensor_op(graph, node, env)
+        if node.op in ("call_function", "call_method") and not _is_number(node) \
+                and any(selected(a) for a in node.all_input_nodes):
+            env[node] = _tensor_op(graph, node, env, selected)
             continue
         env[node] = graph.node_copy(node, lambda n: env[n])
     out = torch.fx.GraphModule(gm, graph)
@@ -224,7 +230,7 @@ def _number_op(graph, node, env):
     return _meta_node(graph, "call_function", fn, tuple(args), {}, node)
 
 
-def _tensor_op(graph, node, env):
+def _tensor_op(graph, node, env, selected):
     tensors = [a for a in (*node.args, *node.kwargs.values()) if _tensor_val(a) is not None]
     if node.target in _MASK_FIRST or node.target in ("masked_fill", "masked_fill_"):
         data = [t for t in tensors if t.meta["val"].dtype is not torch.bool] or tensors
@@ -233,7 +239,7 @@ def _tensor_op(graph, node, env):
         reference = tensors[0]
 
     def operand(a):
-        if not _is_number(a):
+        if not (isinstance(a, torch.fx.Node) and selected(a)):
             return env[a] if isinstance(a, torch.fx.Node) else a
         stand_in = 1.0 if isinstance(a.meta["val"], torch.SymFloat) else 1
         dtype = torch.result_type(reference.meta["val"], stand_in)
@@ -257,19 +263,33 @@ class StaticNumbersNeeded(Exception):
         self.names = names
 
 
-def for_static_backend(dynamic, gm: torch.fx.GraphModule, example_inputs: list):
-    """(graph module, example inputs, wrap) with the graph's numbers as 0-d tensors, where
-    ``wrap(compiled)`` is what the entry calls; raises StaticNumbersNeeded when some number
-    has a use only a symbolic number could take."""
-    bad = unconvertible_numbers(gm)
+def numbers_for_backend(dynamic, gm: torch.fx.GraphModule, example_inputs: list, only_reads: bool):
+    """(graph module, example inputs, wrap) with the graph's numbers (``only_reads``: those
+    computed from values read back from tensors) as 0-d tensors; ``wrap(compiled)`` is what
+    the entry calls. A number with a use only a Python number can take raises: a read
+    ``DataDependent`` (the reads break the graph instead), an input ``StaticNumbersNeeded``."""
+    selected = selector(only_reads)
+    bad = unconvertible_numbers(gm, selected)
     if bad:
-        names = {root.meta["source"] for node in bad for root in number_roots(node) if root.op == "placeholder"}
+        roots = {root for node in bad for root in number_roots(node)}
+        reads = [r for r in roots if is_scalar_read(r)]
+        if reads:
+            where = ", ".join(sorted({_line_of(r) for r in reads}))
+            raise DataDependent(f"the backend takes a value read back from a tensor ({where}) as a 0-d tensor "
+                                "only where it meets tensor arithmetic, and this one is used as a size, "
+                                "a Python number or an output")
+        names = {r.meta["source"] for r in roots}
         dynamic.state.static_numbers |= names
         for name in sorted(names):
             logs.log("dynamic", f"{name} is used where only a Python number can go (a size, alpha=, "
                                 "a shape): compiled static, as the backend takes no symbolic numbers")
         raise StaticNumbersNeeded(names)
-    converted, inputs, conversions = convert(gm, example_inputs)
-    logs.log("dynamic", "numbers passed to the backend as 0-d tensors: "
-                        + ", ".join(n.meta["source"] for n in gm.graph.nodes if n.op == "placeholder" and _is_number(n)))
-    return converted, inputs, lambda compiled: NumbersAsTensors(compiled, conversions)
+    converted, inputs, conversions = convert(gm, example_inputs, selected)
+    if conversions:
+        logs.log("dynamic", "numbers passed to the backend as 0-d tensors: " + ", ".join(
+            n.meta["source"] for n in gm.graph.nodes if n.op == "placeholder" and selected(n)))
+    return converted, inputs, (lambda compiled: NumbersAsTensors(compiled, conversions)) if conversions else None
+
+
+def _line_of(node) -> str:
+    return node.meta.get("read_at") or node.name

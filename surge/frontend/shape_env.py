@@ -37,6 +37,18 @@ class SymbolInfo:
     high: float
     reason: str             # why it is symbolic (logged, shown by explain)
     is_size: bool = False   # a tensor's size: an int by construction (no type check)
+    node: object = None     # for a data-dependent symbol: the graph node that reads it
+
+
+class DataDependent(BaseException):
+    """A decision on a data-dependent value (one read back from a tensor) that its range
+    does not settle: the graph cannot hold it. The capture starts again with such reads
+    breaking the graph (capture.py). A BaseException, so that no handler of the trace
+    that turns a Python error into the user's exception takes it for one."""
+
+    def __init__(self, why: str):
+        super().__init__(why)
+        self.why = why
 
 
 @dataclass
@@ -75,6 +87,32 @@ class ShapeEnv:
         value = torch.SymFloat(node) if is_float else torch.SymInt(node)
         self._symints[symbol] = value
         return value
+
+    def unbacked_symbol(self, node, pytype, why: str, low=-INF, high=INF):
+        """A SymInt / SymFloat for a value the graph reads from a tensor (``.item()``), made
+        by ``node``: no example value and nothing the entry reads; decisions on it that the
+        range does not settle raise ``DataDependent``."""
+        is_float = pytype is float
+        symbol = Symbol(f"{'uf' if is_float else 'u'}{len(self.symbols)}", is_float)
+        self.symbols[symbol] = SymbolInfo(symbol, None, None, low, high, why, node=node)
+        logs.log("dynamic", f"{symbol.name} is data-dependent: {why}")
+        sym_node = SizeNode(self, Expr.atom(symbol), pytype, None)
+        value = torch.SymFloat(sym_node) if is_float else torch.SymInt(sym_node)
+        self._symints[symbol] = value
+        return value
+
+    def is_unbacked(self, symbol: Symbol) -> bool:
+        return self.symbols[symbol].node is not None
+
+    def data_dependent(self, expr) -> list:
+        """The data-dependent symbols ``expr`` (an Expr or a Rel) involves."""
+        expr = expr.expr if isinstance(expr, Rel) else expr
+        return [s for s in expr.symbols() if s in self.symbols and self.is_unbacked(s)]
+
+    def refuse_data_dependent(self, rel_or_expr, why: str):
+        symbols = self.data_dependent(rel_or_expr)
+        reads = "; ".join(f"{s.name}: {self.symbols[s].reason}" for s in symbols)
+        raise DataDependent(f"{why} depends on a value read back from a tensor ({reads})")
 
     def value_of(self, symbol: Symbol):
         """The SymInt / SymFloat standing for ``symbol``."""
@@ -143,6 +181,8 @@ class ShapeEnv:
         known = self.static_value(rel)
         if known is not None:
             return known
+        if self.data_dependent(rel):
+            self.refuse_data_dependent(rel, why)
         value = rel.evaluate(self.hint)
         fact = rel if value else rel.negate()
         self._record(Rel(fact.op, self.simplify(fact.expr)), why)
@@ -154,6 +194,8 @@ class ShapeEnv:
         c = expr.constant()
         if c is not None:
             return c
+        if self.data_dependent(expr):
+            self.refuse_data_dependent(expr, why)
         value = self.hint_value(expr)
         self._record(Rel("==", expr - value), why)
         return value
@@ -222,6 +264,8 @@ class ShapeEnv:
         ``name_of(symbol)`` is the entry's expression for the symbol's value."""
         checks = []
         for symbol, info in self.symbols.items():
+            if info.node is not None:   # computed by the graph, not read by the entry
+                continue
             name = name_of(symbol)
             kind = "float" if symbol.is_float else "int"
             # The first check of each symbol says what it is and why it is symbolic.
@@ -304,7 +348,7 @@ class SizeNode:
         return self._hint
 
     def has_hint(self):
-        return True
+        return self._hint is not None
 
     def is_int(self):
         return self.pytype is int
@@ -375,7 +419,8 @@ class SizeNode:
         if pytype is None:
             pytype = float if (self.pytype is float or (isinstance(other, SizeNode) and other.pytype is float)
                                or isinstance(other, float)) else int
-        return SizeNode(self.env, build(self.expr, o_expr), pytype, hint_fn(self._hint, o_hint))
+        hint = None if self._hint is None or o_hint is None else hint_fn(self._hint, o_hint)
+        return SizeNode(self.env, build(self.expr, o_expr), pytype, hint)
 
     def add(self, o):
         return self._arith(o, lambda a, b: a + b, lambda a, b: a + b)
@@ -437,7 +482,7 @@ class SizeNode:
         return self._bitwise(o, lambda a, b: a ^ b)
 
     def neg(self):
-        return SizeNode(self.env, -self.expr, self.pytype, -self._hint)
+        return SizeNode(self.env, -self.expr, self.pytype, None if self._hint is None else -self._hint)
 
     def pos(self):
         return self
@@ -460,7 +505,7 @@ class SizeNode:
         return total
 
     def sym_float(self):
-        return SizeNode(self.env, self.expr, float, float(self._hint))
+        return SizeNode(self.env, self.expr, float, None if self._hint is None else float(self._hint))
 
     def sym_int(self):
         return self._const(int(self.guard_value()))
@@ -478,8 +523,11 @@ class SizeNode:
     # ---- comparisons --------------------------------------------------------------
     def _compare(self, other, op):
         rel = Rel.compare(op, self.expr, expr_of(other))
-        return SizeNode(self.env, rel, bool, rel.evaluate(self.env.hint) if rel.symbols() else
-                        rel.evaluate(lambda s: 0))
+        if self.env.data_dependent(rel):
+            hint = None
+        else:
+            hint = rel.evaluate(self.env.hint) if rel.symbols() else rel.evaluate(lambda s: 0)
+        return SizeNode(self.env, rel, bool, hint)
 
     def eq(self, o):
         return self._compare(o, "==")
@@ -503,7 +551,10 @@ class SizeNode:
     def _bool_op(self, other, op):
         o_expr = other.expr if isinstance(other, SizeNode) else BoolConst(bool(other))
         o_hint = other._hint if isinstance(other, SizeNode) else bool(other)
-        hint = (self._hint and o_hint) if op == "and" else (self._hint or o_hint)
+        if self._hint is None or o_hint is None:
+            hint = None
+        else:
+            hint = (self._hint and o_hint) if op == "and" else (self._hint or o_hint)
         return SizeNode(self.env, BoolOp(op, (self.expr, o_expr)), bool, hint)
 
     def sym_and(self, o):
@@ -516,7 +567,7 @@ class SizeNode:
     or_ = sym_or
 
     def sym_not(self):
-        return SizeNode(self.env, BoolOp("not", (self.expr,)), bool, not self._hint)
+        return SizeNode(self.env, BoolOp("not", (self.expr,)), bool, None if self._hint is None else not self._hint)
 
     def sym_ite(self, then, otherwise):
         return then if self.guard_bool("", 0) else otherwise
@@ -585,7 +636,8 @@ class SizeNode:
 def _math_method(name):
     """``SizeNode.sym_sqrt`` and the like: ``math.sqrt`` of a symbolic number stays symbolic."""
     def method(self):
-        return SizeNode(self.env, apply_fn(name, self.expr), float, getattr(math, name)(self._hint))
+        hint = None if self._hint is None else getattr(math, name)(self._hint)
+        return SizeNode(self.env, apply_fn(name, self.expr), float, hint)
     method.__name__ = f"sym_{name}"
     return method
 
@@ -626,6 +678,8 @@ def hint_bool(env: ShapeEnv, expr) -> bool:
     if isinstance(expr, BoolConst):
         return expr.value
     if isinstance(expr, Rel):
+        if env.data_dependent(expr):
+            env.refuse_data_dependent(expr, "a condition")
         return expr.evaluate(env.hint)
     values = [hint_bool(env, p) for p in expr.parts]
     return (not values[0]) if expr.op == "not" else all(values) if expr.op == "and" else any(values)

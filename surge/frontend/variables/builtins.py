@@ -285,7 +285,20 @@ def _io(tx, *args, **kwargs):
 def _number_conversion(fn):
     def rule(tx, *args, **kwargs):
         if any(isinstance(a, TensorVariable) for a in args):
-            unsupported(f"{fn.__name__}() of a tensor reads its data into Python")
+            from .scalar_reads import captures_reads, read_scalar, why_reads_break
+
+            if len(args) == 1 and not kwargs and fn in (int, float) and captures_reads(tx):
+                read = read_scalar(tx, args[0], torch.int64 if fn is int else torch.float64)
+                if read is not None:
+                    return read
+            unsupported(f"{fn.__name__}() of a tensor reads its data into Python{why_reads_break(tx)}")
+        if len(args) == 1 and not kwargs and isinstance(args[0], ConstantVariable):
+            value = args[0].symbolic_value()
+            # int() of a symbolic int, float() of a symbolic number: still symbolic, no guard.
+            if isinstance(value, torch.SymInt) and is_symbolic(value) and fn in (int, float):
+                return ConstantVariable(value if fn is int else torch.sym_float(value))
+            if isinstance(value, torch.SymFloat) and is_symbolic(value) and fn is float:
+                return ConstantVariable(value)
         if not args and not kwargs:
             return ConstantVariable(fn())
         return ConstantVariable(fold(fn, args, kwargs))

@@ -105,7 +105,13 @@ def call_tensor_method(tx, tensor: TensorVariable, name: str, args: list, kwargs
     if overridden is not None:
         return overridden
     if name in DATA_DEPENDENT_METHODS:
-        unsupported(f"Tensor.{name}() reads tensor data into Python")
+        from .scalar_reads import captures_reads, read_scalar_method, why_reads_break
+
+        read = read_scalar_method(tx, tensor, name) if captures_reads(tx) else None
+        if read is not None:
+            return read
+        why = why_reads_break(tx) if name in ("item", "tolist", "__int__", "__float__") else ""
+        unsupported(f"Tensor.{name}() reads tensor data into Python{why}")
     rule = TENSOR_METHODS.get(name)
     if rule is not None:
         return rule(tx, tensor, args, kwargs)
@@ -200,7 +206,8 @@ def meta_number(value):
     """A symbolic float runs meta kernels as its hint (no meta result depends on a float's
     value); symbolic ints stay symbolic (they may be sizes)."""
     if isinstance(value, torch.SymFloat):
-        return hint_of(value)
+        hint = hint_of(value)
+        return 1.0 if hint is None else hint  # a value read from a tensor: any float will do
     if isinstance(value, torch.SymBool):
         return value.node.guard_bool()
     if isinstance(value, (tuple, list)) and any(isinstance(v, torch.SymFloat) for v in value):
