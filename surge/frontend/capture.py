@@ -217,6 +217,11 @@ def _capture_once(fn, args, kwargs, options, backend, start, dynamic_state, stop
             return _finish(tracer, fn, result, options, backend, start)
     except StaticNumbersNeeded:
         raise
+    except DataDependent as e:
+        where = tracer.current_frame
+        if where is not None:
+            e.why += f" (the decision at {where.code.co_filename}:{where.lineno()})"
+        raise
     except Unsupported as e:
         if options.fullgraph:
             raise

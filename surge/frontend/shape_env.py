@@ -111,8 +111,8 @@ class ShapeEnv:
 
     def refuse_data_dependent(self, rel_or_expr, why: str):
         symbols = self.data_dependent(rel_or_expr)
-        reads = "; ".join(f"{s.name}: {self.symbols[s].reason}" for s in symbols)
-        raise DataDependent(f"{why} depends on a value read back from a tensor ({reads})")
+        reads = ", ".join(self.symbols[s].reason for s in symbols)
+        raise DataDependent(f"{why.replace(' on sizes', '')} needs the value {reads}")
 
     def value_of(self, symbol: Symbol):
         """The SymInt / SymFloat standing for ``symbol``."""

@@ -380,6 +380,9 @@ def _extreme(fn, op):
                 unsupported(f"{fn.__name__}() of an empty sequence")
             return default
         if all(i.is_constant() for i in items):
+            symbolic = _symbolic_extreme(fn, items)
+            if symbolic is not None:
+                return symbolic
             return ConstantVariable(fn(i.as_constant() for i in items))
         if any(isinstance(i, TensorVariable) for i in items):
             return _extreme_of_tensors(tx, fn, op, items)
@@ -389,6 +392,23 @@ def _extreme(fn, op):
                 best = item
         return best
     return rule
+
+
+def _symbolic_extreme(fn, items: list):
+    """``min(step, 4)`` of symbolic numbers of one kind (all ints or all floats): a symbolic
+    min/max, not a guard on which is smaller (which would recompile for each value)."""
+    values = [i.symbolic_value() if isinstance(i, ConstantVariable) else None for i in items]
+    if not any(is_symbolic(v) for v in values):
+        return None
+    kinds = {int if isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool) else
+             float if isinstance(v, (float, torch.SymFloat)) else None for v in values}
+    if len(kinds) != 1 or None in kinds:
+        return None
+    combine = torch.sym_min if fn is min else torch.sym_max
+    best = values[0]
+    for v in values[1:]:
+        best = combine(best, v)
+    return ConstantVariable(best)
 
 
 def _extreme_of_tensors(tx, fn, op, items: list):
