@@ -180,9 +180,9 @@ def _capture(fn, args, kwargs, options, backend, start, dynamic_state=None,
         except StaticNumbersNeeded:
             continue   # the numbers named are static now (DynamicState.static_numbers)
         except DataDependent as e:
-            if dynamic_state.scalar_reads_break is not None:
+            if dynamic_state.data_dependent_break is not None:
                 raise  # not a read's doing: cannot happen without reads in the graph
-            dynamic_state.scalar_reads_break = e.why
+            dynamic_state.data_dependent_break = e.why
             logs.log("dynamic", f"{fn.__qualname__}: values read back from tensors break the graph: {e.why}")
 
 
@@ -282,6 +282,7 @@ def _compile_graph(tracer: Tracer, fn, outputs: list, backend, skip_empty: bool)
     example_inputs = [real for _, real in builder.inputs]
     wrap = None
     dynamic = tracer.dynamic
+    dynamic.check_backend_takes_data_dependent_sizes()
     if (dynamic.numbers_as_tensors or dynamic.reads_as_tensors) and has_numbers(gm):
         # A backend without symbolic numbers, or without reads of tensor data, gets them
         # as 0-d tensors (number_tensors.py).

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import logs
-from .shape_env import ShapeEnv, expr_of, is_symbolic
+from .shape_env import DataDependent, ShapeEnv, expr_of, is_symbolic
 from .sources import ArgSource, DefaultSource, ItemSource, KwargSource, Source
 from .symbolic import MATH_FUNCTIONS, Expr, Fn, Rel, Symbol
 from .variables.base import unsupported
@@ -69,7 +69,7 @@ class DynamicState:
     static_numbers: set = field(default_factory=set)
     # Why values read back from tensors break this code's graphs although
     # capture_scalar_outputs is on (a decision on one, a use the backend cannot take).
-    scalar_reads_break: str | None = None
+    data_dependent_break: str | None = None
 
 
 def accepts_scalar_reads(backend) -> bool:
@@ -78,6 +78,12 @@ def accepts_scalar_reads(backend) -> bool:
     values as 0-d tensors instead (number_tensors.py)."""
     target = backend.func if isinstance(backend, functools.partial) else backend
     return getattr(target, "accepts_scalar_reads", True)
+
+
+def accepts_data_dependent_sizes(backend) -> bool:
+    """Whether a backend takes tensors whose sizes an op computes from data (``nonzero``)."""
+    target = backend.func if isinstance(backend, functools.partial) else backend
+    return accepts_symbolic_sizes(backend) and getattr(target, "accepts_data_dependent_sizes", True)
 
 
 def accepts_symbolic_sizes(backend) -> bool:
@@ -113,6 +119,16 @@ class DynamicDims:
             logs.log("dynamic", f"{what} would be symbolic, but backend {name} "
                                 "cannot take symbolic sizes yet: compiling static for these sizes")
             self._refused_logged = True
+
+    def check_backend_takes_data_dependent_sizes(self) -> None:
+        """Before the graph goes to a backend that cannot take data-dependent sizes: the
+        ops that make them break the graph instead (the capture starts again)."""
+        whys = [info.reason for info in self.env.symbols.values() if info.data_dependent and info.is_size]
+        if whys and not accepts_data_dependent_sizes(self.backend):
+            target = self.backend.func if isinstance(self.backend, functools.partial) else self.backend
+            name = getattr(target, "__qualname__", type(target).__qualname__)
+            raise DataDependent(f"backend {name} cannot take a size that depends on data "
+                                f"({', '.join(whys)})")
 
     # ---- tensors ---------------------------------------------------------------
     def tensor_dims(self, value: torch.Tensor, source: Source) -> dict:
@@ -314,12 +330,23 @@ def _emit(tx, env: ShapeEnv, expr):
 def _emit_atom(tx, env, atom):
     if isinstance(atom, Symbol):
         if env.is_unbacked(atom):
-            return env.symbols[atom].node   # the graph's read of it
+            return _data_dependent_node(tx, env, atom)
         source = env.symbols[atom].source
         return tx.graph.placeholder(source, env.hint(atom), source.name(), meta=env.value_of(atom))
     assert isinstance(atom, Fn)
     args = (_emit(tx, env, x) if x.constant() is None else x.constant() for x in atom.args)
     return _node(tx, env, _FN_OPS[atom.op], *args)
+
+
+def _data_dependent_node(tx, env, symbol):
+    """The graph node of a data-dependent value: its read, or ``t.size(d)`` of the tensor
+    whose size it is (made on first use)."""
+    info = env.symbols[symbol]
+    if info.node is None:
+        tensor_node, dim = info.size_of
+        info.node = tx.graph.create_node("call_method", "size", (tensor_node, dim), {}, tx.stack_trace())
+        info.node.meta["val"] = env.value_of(symbol)
+    return info.node
 
 
 def _node(tx, env, fn, *args):

@@ -278,7 +278,10 @@ def numbers_for_backend(dynamic, gm: torch.fx.GraphModule, example_inputs: list,
             raise DataDependent(f"the backend takes a value read back from a tensor ({where}) as a 0-d tensor "
                                 "only where it meets tensor arithmetic, and this one is used as a size, "
                                 "a Python number or an output")
-        names = {r.meta["source"] for r in roots}
+        names = {r.meta["source"] for r in roots if r.op == "placeholder"}
+        if not names:
+            raise DataDependent("the backend takes numbers only as 0-d tensors, and one that depends on "
+                                "data is used as a size or a Python number")
         dynamic.state.static_numbers |= names
         for name in sorted(names):
             logs.log("dynamic", f"{name} is used where only a Python number can go (a size, alpha=, "

@@ -19,6 +19,7 @@ entry's one check function (codegen.py).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ import torch
 
 from .. import logs
 from .symbolic import INF, MATH_FUNCTIONS, Expr, Fn, Rel, Symbol, apply_fn, decide, value_range
+from .symbolic_layout import channels_last_strides, contiguous_in_order, non_overlapping_and_dense
 
 
 @dataclass
@@ -37,7 +39,9 @@ class SymbolInfo:
     high: float
     reason: str             # why it is symbolic (logged, shown by explain)
     is_size: bool = False   # a tensor's size: an int by construction (no type check)
-    node: object = None     # for a data-dependent symbol: the graph node that reads it
+    data_dependent: bool = False  # read back from a tensor, or a size an op computes from data
+    node: object = None     # the graph node whose value it is (built on demand for a size)
+    size_of: tuple = None   # (graph node of a tensor, dim): a data-dependent size's tensor
 
 
 class DataDependent(BaseException):
@@ -66,6 +70,7 @@ class ShapeEnv:
         self._symints: dict[Symbol, object] = {}
         # Memo of simplify and static_value, emptied when a fact is recorded.
         self._simplified: dict = {}
+        self._oblivious = 0
 
     # ---- symbols ---------------------------------------------------------------
     def size_symbol(self, source, hint: int, reason: str, low=None, high=None):
@@ -94,15 +99,43 @@ class ShapeEnv:
         range does not settle raise ``DataDependent``."""
         is_float = pytype is float
         symbol = Symbol(f"{'uf' if is_float else 'u'}{len(self.symbols)}", is_float)
-        self.symbols[symbol] = SymbolInfo(symbol, None, None, low, high, why, node=node)
+        self.symbols[symbol] = SymbolInfo(symbol, None, None, low, high, why, data_dependent=True, node=node)
         logs.log("dynamic", f"{symbol.name} is data-dependent: {why}")
         sym_node = SizeNode(self, Expr.atom(symbol), pytype, None)
         value = torch.SymFloat(sym_node) if is_float else torch.SymInt(sym_node)
         self._symints[symbol] = value
         return value
 
+    def unbacked_size(self, why: str, high=INF):
+        """A SymInt for a size an op computes from data (``nonzero``'s rows): in ``[0, high]``,
+        its graph node (``t.size(d)``) set by ``size_node`` once the tensor has one."""
+        symbol = Symbol(f"u{len(self.symbols)}")
+        self.symbols[symbol] = SymbolInfo(symbol, None, None, 0, high, why, is_size=True, data_dependent=True)
+        logs.log("dynamic", f"{symbol.name} is a data-dependent size in [0, {_bound(high)}]: {why}")
+        value = torch.SymInt(SizeNode(self, Expr.atom(symbol), int, None))
+        self._symints[symbol] = value
+        return value
+
     def is_unbacked(self, symbol: Symbol) -> bool:
-        return self.symbols[symbol].node is not None
+        return self.symbols[symbol].data_dependent
+
+    @contextlib.contextmanager
+    def size_oblivious(self):
+        """Inside, a decision on data-dependent sizes that their ranges leave open is taken
+        as for a size of at least 2 (torch's size-oblivious rule): what meta kernels ask
+        (``u0 == 1`` for broadcasting and contiguity) holds for every size but 0 and 1,
+        whose results agree. Decisions of the user's own code never get this."""
+        self._oblivious += 1
+        try:
+            yield
+        finally:
+            self._oblivious -= 1
+
+    def _oblivious_range(self, symbol):
+        info = self.symbols[symbol]
+        if info.data_dependent and (info.is_size or info.low >= 0):   # a size, or used as one
+            return max(info.low, 2), max(info.high, 2)
+        return info.low, info.high
 
     def data_dependent(self, expr) -> list:
         """The data-dependent symbols ``expr`` (an Expr or a Rel) involves."""
@@ -159,8 +192,10 @@ class ShapeEnv:
         return apply_fn(fn.op, a, b)
 
     def static_value(self, rel: Rel):
-        """True/False when ``rel`` is decided without a guard, else None."""
-        key = ("static", rel)
+        """True/False when ``rel`` is decided without a guard, else None (inside
+        ``size_oblivious``, data-dependent sizes count as at least 2 where that decides)."""
+        oblivious = self._oblivious > 0
+        key = ("static", rel, oblivious)
         if key in self._simplified:
             return self._simplified[key]
         rel = Rel(rel.op, self.simplify(rel.expr))
@@ -170,6 +205,8 @@ class ShapeEnv:
             value = False
         else:
             value = decide(rel, self.range)
+            if value is None and oblivious and self.data_dependent(rel):
+                value = decide(rel, self._oblivious_range)
         self._simplified[key] = value
         return value
 
@@ -187,6 +224,15 @@ class ShapeEnv:
         fact = rel if value else rel.negate()
         self._record(Rel(fact.op, self.simplify(fact.expr)), why)
         return value
+
+    def assume_at_run_time(self, rel: Rel) -> None:
+        """``rel`` on data-dependent values, taken as known (it narrows their ranges) where
+        the op that needs it checks it again when it runs; no guard can check it."""
+        rel = Rel(rel.op, self.simplify(rel.expr))
+        self._simplified.clear()
+        self._known.add(rel)
+        self._narrow_range(rel)
+        logs.log("dynamic", f"assumed {rel} (checked by the op when it runs)")
 
     def specialize(self, expr: Expr, why: str):
         """``expr`` as a number: the hint, under the fact ``expr == hint``."""
@@ -264,7 +310,7 @@ class ShapeEnv:
         ``name_of(symbol)`` is the entry's expression for the symbol's value."""
         checks = []
         for symbol, info in self.symbols.items():
-            if info.node is not None:   # computed by the graph, not read by the entry
+            if info.data_dependent:   # computed by the graph, not read by the entry
                 continue
             name = name_of(symbol)
             kind = "float" if symbol.is_float else "int"
@@ -578,7 +624,17 @@ class SizeNode:
         return guard_bool_expr(self.env, expr, f"a condition on sizes{_where(file, line)}")
 
     bool_ = guard_bool
-    expect_true = guard_bool
+    def expect_true(self, file="", line=0):
+        """A check torch's kernel makes again when it runs (``TORCH_SYM_CHECK``): on a
+        data-dependent value it is assumed, not guarded (the kernel raises as eager does)."""
+        if isinstance(self.expr, Rel) and self.env.data_dependent(self.expr):
+            known = self.env.static_value(self.expr)
+            if known is None:
+                self.env.assume_at_run_time(self.expr)
+                return True
+            return known
+        return self.guard_bool(file, line)
+
     guard_size_oblivious = guard_bool
     guard_or_false = guard_bool
     guard_or_true = guard_bool
@@ -601,7 +657,11 @@ class SizeNode:
     int_ = guard_int
 
     def expect_size(self, file="", line=0):
-        self.env.assume(Rel("<=", -self.expr), "a size is not negative")
+        rel = Rel("<=", -self.expr)
+        if self.env.data_dependent(rel) and self.env.static_value(rel) is None:
+            self.env.assume_at_run_time(rel)   # a value read back and used as a size
+        else:
+            self.env.assume(rel, "a size is not negative")
         return True
 
     def evaluate(self):
@@ -705,71 +765,3 @@ def guard_bool_expr(env: ShapeEnv, expr, why: str) -> bool:
             if settles:
                 break
     return value
-
-
-def _truth(env: ShapeEnv, a, op: str, b, why: str) -> bool:
-    return env.assume(Rel.compare(op, expr_of(a), expr_of(b)), why)
-
-
-def contiguous_in_order(env, sizes, strides, order) -> bool:
-    """Dense in ``order`` (innermost first), ignoring dims of size 1."""
-    why = "the tensor's layout"
-    if any(_truth(env, s, "==", 0, why) for s in sizes):
-        return True
-    expected = Expr.const(1)
-    for d in order:
-        if _truth(env, sizes[d], "==", 1, why):
-            continue
-        if not env.assume(Rel("==", expr_of(strides[d]) - expected), why):
-            return False
-        expected = expected * expr_of(sizes[d])
-    return True
-
-
-def channels_last_strides(env, sizes, strides, order) -> bool:
-    """Whether strides order the dims as channels-last does (torch's heuristic of the same name)."""
-    why = "the tensor's memory format"
-    if _truth(env, strides[1], "==", 0, why):
-        return False
-    low = Expr.const(0)
-    for d in order:
-        stride = expr_of(strides[d])
-        if env.assume(Rel("<", stride - low), why):
-            return False
-        if d == 0 and env.assume(Rel("==", low - expr_of(strides[1])), why):
-            return False
-        low = stride
-        if _truth(env, sizes[d], ">", 1, why):
-            low = low * expr_of(sizes[d])
-    return True
-
-
-def non_overlapping_and_dense(env, sizes, strides) -> bool:
-    why = "the tensor's layout"
-    n = len(sizes)
-    if n == 1:
-        return _truth(env, sizes[0], "<", 2, why) or _truth(env, strides[0], "==", 1, why)
-    order = list(range(n))
-    # Insertion sort by stride (size-1 dims last), each comparison a condition on sizes.
-    for i in range(1, n):
-        j = i
-        while j > 0 and _stride_before(env, sizes, strides, order[j], order[j - 1], why):
-            order[j], order[j - 1] = order[j - 1], order[j]
-            j -= 1
-    expected = Expr.const(1)
-    for d in order:
-        if _truth(env, sizes[d], "==", 1, why):
-            continue
-        if not env.assume(Rel("==", expr_of(strides[d]) - expected), why):
-            return False
-        expected = expected * expr_of(sizes[d])
-    return True
-
-
-def _stride_before(env, sizes, strides, a, b, why) -> bool:
-    a_one, b_one = _truth(env, sizes[a], "==", 1, why), _truth(env, sizes[b], "==", 1, why)
-    if a_one or b_one:
-        return b_one and not a_one
-    return _truth(env, strides[a], "<", strides[b], why)
-
-

@@ -27,14 +27,14 @@ _TOLIST_LIMIT = 64
 
 
 def captures_reads(tx) -> bool:
-    return tx.options.capture_scalar_outputs and tx.dynamic.state.scalar_reads_break is None
+    return tx.options.capture_scalar_outputs and tx.dynamic.state.data_dependent_break is None
 
 
 def why_reads_break(tx) -> str:
     """The tail of a read's graph-break reason: how to keep it, or why it could not be kept."""
     if not tx.options.capture_scalar_outputs:
         return " (options={'capture_scalar_outputs': True} keeps the value in the graph where it only meets arithmetic)"
-    return f" (capture_scalar_outputs could not keep it: {tx.dynamic.state.scalar_reads_break})"
+    return f" (capture_scalar_outputs could not keep it: {tx.dynamic.state.data_dependent_break})"
 
 
 def read_scalar_method(tx, tensor, name: str):

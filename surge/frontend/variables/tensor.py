@@ -21,6 +21,7 @@ from ..symbolic_meta import symbolic_meta
 from .autocast import run_under_autocast
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .constant import ConstantVariable, is_constant_value, is_numpy_scalar
+from .data_dependent_ops import bind_sizes, data_dependent_result, dynamic_output_rule
 from . import torch_function
 from .tensor_subclasses import PLAIN_TENSOR_CLASSES, as_subclass_method, subclass_getattr, subclass_setattr
 
@@ -181,9 +182,11 @@ def record_plain_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable
     meta_args, meta_kwargs, explicit_device = meta_utils.strip_devices(
         target, tuple(meta_args), meta_kwargs, kind == "call_method"
     )
-    if tx.dynamic.active:
-        with symbolic_meta():
-            result = _run(tx, kind, target, meta_args, meta_kwargs, devices)
+    data_dependent = dynamic_output_rule(kind, target, meta_args, meta_kwargs)
+    if data_dependent is not None:
+        result = data_dependent_result(tx, data_dependent, lambda build: _symbolic(tx, build))
+    elif tx.dynamic.active:
+        result = _symbolic(tx, lambda: _run(tx, kind, target, meta_args, meta_kwargs, devices))
     else:
         result = _run(tx, kind, target, meta_args, meta_kwargs, devices)
     if not devices and not isinstance(result, (torch.Tensor, tuple, list)) and is_constant_value(result):
@@ -194,12 +197,21 @@ def record_plain_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable
     if result is None and target in RESULTLESS_OPS:
         return ConstantVariable(None)
     wrapped = wrap_result(tx, node, result, device)
+    if data_dependent is not None:
+        bind_sizes(tx, wrapped)
     if isinstance(wrapped, TensorVariable) and args and isinstance(args[0], TensorVariable) \
             and result is meta_args[0] and args[0].cls is not torch.Tensor:
         # An in-place method returns its tensor itself: the same object (of its class, with
         # its attributes); the graph keeps the op, later reads see the new value.
         return args[0]
     return wrapped
+
+
+def _symbolic(tx, run):
+    """``run()`` for a capture with symbols: torch's Python meta kernels, and what they decide
+    on data-dependent sizes taken size-obliviously (shape_env.py)."""
+    with symbolic_meta(), tx.dynamic.env.size_oblivious():
+        return run()
 
 
 def meta_number(value):
