@@ -32,5 +32,3 @@ def aot_eager_backend(gm: torch.fx.GraphModule, example_inputs, *, options: Opti
 aot_eager_backend.accepts_symbolic_sizes = True
 # Values read back from tensors arrive as 0-d tensors (frontend/number_tensors.py).
 aot_eager_backend.accepts_scalar_reads = False
-# The aot trace has no rule for sizes computed from data (nonzero): such ops break the graph.
-aot_eager_backend.accepts_data_dependent_sizes = False

@@ -98,12 +98,21 @@ class SymbolNodes:
 
 
 def meta_scalar(a):
-    """A symbolic float runs meta kernels as its hint; symbolic ints stay (they may be sizes)."""
-    return hint_of(a) if isinstance(a, torch.SymFloat) else a
+    """A symbolic float runs meta kernels as its hint (any float for one read back from a
+    tensor, which has none); symbolic ints stay (they may be sizes)."""
+    if isinstance(a, torch.SymFloat):
+        hint = hint_of(a)
+        return 1.0 if hint is None else hint
+    return a
 
 
 def concrete(value):
-    """Hints for sizes (shapes, numels) where only a cost or an example is needed."""
+    """Hints for sizes (shapes, numels) where only a cost or an example is needed (a size
+    computed from data, which has none, at the shape environment's cost estimate)."""
+    if is_symbolic(value) and value.node.hint is None:
+        return value.node.env.cost_hint(value.node.env.simplify(expr_of(value)))
+    if isinstance(value, (tuple, list, torch.Size)) and any(is_symbolic(v) and v.node.hint is None for v in value):
+        return tuple(concrete(v) for v in value)
     return hint_of(value)
 
 

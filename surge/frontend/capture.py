@@ -31,7 +31,7 @@ from .breaks import (
 from .cache_entry import BreakReason, CacheEntry
 from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
 from .codegen import EntryCodegen, generate_diagnosis, generate_entry
-from .dynamic_dims import DynamicDims, DynamicState, install_shape_guards
+from .dynamic_dims import DynamicDims, DynamicState, accepts_data_dependent_sizes, install_shape_guards
 from .number_tensors import StaticNumbersNeeded, has_numbers, numbers_for_backend
 from .shape_env import DataDependent
 from .global_state import functorch_transform_active, preserved_global_state
@@ -286,8 +286,9 @@ def _compile_graph(tracer: Tracer, fn, outputs: list, backend, skip_empty: bool)
     if (dynamic.numbers_as_tensors or dynamic.reads_as_tensors) and has_numbers(gm):
         # A backend without symbolic numbers, or without reads of tensor data, gets them
         # as 0-d tensors (number_tensors.py).
-        gm, example_inputs, wrap = numbers_for_backend(dynamic, gm, example_inputs,
-                                                       only_reads=not dynamic.numbers_as_tensors)
+        gm, example_inputs, wrap = numbers_for_backend(
+            dynamic, gm, example_inputs, only_reads=not dynamic.numbers_as_tensors,
+            keep_reads=accepts_data_dependent_sizes(backend))
     if logs.enabled("graph"):
         logs.log("graph", f"captured graph of {fn.__qualname__}:\n{gm.print_readable(print_output=False)}")
     write_current(tracer.options, "source.py", source_of(fn))

@@ -263,13 +263,23 @@ class StaticNumbersNeeded(Exception):
         self.names = names
 
 
-def numbers_for_backend(dynamic, gm: torch.fx.GraphModule, example_inputs: list, only_reads: bool):
+def numbers_for_backend(dynamic, gm: torch.fx.GraphModule, example_inputs: list, only_reads: bool,
+                        keep_reads: bool = False):
     """(graph module, example inputs, wrap) with the graph's numbers (``only_reads``: those
     computed from values read back from tensors) as 0-d tensors; ``wrap(compiled)`` is what
     the entry calls. A number with a use only a Python number can take raises: a read
-    ``DataDependent`` (the reads break the graph instead), an input ``StaticNumbersNeeded``."""
+    ``DataDependent`` (the reads break the graph instead), an input ``StaticNumbersNeeded``;
+    with ``keep_reads`` (a backend that takes data-dependent symbols) such a read and what is
+    computed from it stay as they are."""
     selected = selector(only_reads)
     bad = unconvertible_numbers(gm, selected)
+    kept: set = set()
+    while bad and keep_reads:
+        kept |= {r for node in bad for r in number_roots(node) if is_scalar_read(r)}
+        if not kept:
+            break
+        selected = _without(selector(only_reads), kept)
+        bad = unconvertible_numbers(gm, selected)
     if bad:
         roots = {root for node in bad for root in number_roots(node)}
         reads = [r for r in roots if is_scalar_read(r)]
@@ -292,6 +302,10 @@ def numbers_for_backend(dynamic, gm: torch.fx.GraphModule, example_inputs: list,
         logs.log("dynamic", "numbers passed to the backend as 0-d tensors: " + ", ".join(
             n.meta["source"] for n in gm.graph.nodes if n.op == "placeholder" and selected(n)))
     return converted, inputs, (lambda compiled: NumbersAsTensors(compiled, conversions)) if conversions else None
+
+
+def _without(selected, kept: set):
+    return lambda n: selected(n) and not (number_roots(n) & kept)
 
 
 def _line_of(node) -> str:

@@ -213,6 +213,16 @@ class ShapeEnv:
     def hint_value(self, expr: Expr):
         return expr.evaluate(self.hint)
 
+    def cost_hint(self, expr: Expr):
+        """A value of ``expr`` to price work and memory by (never a decision): the hints, a
+        data-dependent size counted at its bound (at most 4096), a read value as 1."""
+        def value(symbol):
+            info = self.symbols[symbol]
+            if not info.data_dependent:
+                return info.hint
+            return min(info.high, 4096) if info.is_size else 1
+        return expr.evaluate(value)
+
     def assume(self, rel: Rel, why: str) -> bool:
         """The truth of ``rel`` for the hints; recorded as a fact when not decided statically."""
         known = self.static_value(rel)
