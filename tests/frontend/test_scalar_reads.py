@@ -150,3 +150,72 @@ def test_torch_dynamo_config_is_honoured_when_already_imported(monkeypatch):
     monkeypatch.setenv("SURGE_CAPTURE_SCALAR_OUTPUTS", "1")
     monkeypatch.delitem(sys.modules, "torch._dynamo.config")
     assert Options.from_env().capture_scalar_outputs is True
+
+
+# ---- data-dependent sizes (capture_dynamic_output_shape_ops) ---------------------------
+
+DYNAMIC_OUTPUTS = {"capture_dynamic_output_shape_ops": True, "capture_scalar_outputs": True}
+
+
+def _nonzero_rows(x):
+    idx = torch.nonzero(x > 0)
+    return idx * 2, idx.sum()
+
+
+def _masked(x, y):
+    sel = x[x > 0]
+    return sel * 2 + 1, sel.exp().sum() + y.sum(), torch.masked_select(y, y > 0.5).sum()
+
+
+def _zeros_of_read(x, n):
+    return torch.zeros(n.item()) + 1, x * 2
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("fn, make_args", [
+    (_nonzero_rows, lambda i: (torch.randn(5, 3),)),
+    (_masked, lambda i: (torch.randn(6, 2), torch.rand(4))),
+    (_zeros_of_read, lambda i: (torch.randn(3), torch.tensor(i + 2))),
+])
+def test_data_dependent_sizes_stay_in_one_graph_under_fullgraph(backend, fn, make_args):
+    assert _run(fn, backend, make_args, calls=5, fullgraph=True, options=DYNAMIC_OUTPUTS) == (1, 0, 0)
+
+
+def test_without_the_option_a_data_dependent_size_breaks_and_says_how_to_keep_it():
+    with pytest.raises(Exception, match="capture_dynamic_output_shape_ops': True} keeps it"):
+        surge.compile(_nonzero_rows, backend="eager", fullgraph=True)(torch.randn(4, 2))
+    surge.reset()
+    graphs, breaks, _ = _run(_nonzero_rows, "eager", lambda i: (torch.randn(5, 3),), calls=3)
+    assert breaks == 1
+
+
+def test_a_kernel_backend_refuses_a_data_dependent_size_naming_the_line():
+    f = surge.compile(_masked, backend="cpp", fullgraph=True, options=DYNAMIC_OUTPUTS)
+    with pytest.raises(Exception, match=r"cannot take a size that depends on data \(boolean-mask indexing at "
+                                        r".*test_scalar_reads.py:\d+\)"):
+        f(torch.randn(6, 2), torch.rand(4))
+
+
+def test_a_decision_on_a_data_dependent_size_breaks():
+    def f(x):
+        idx = torch.nonzero(x)
+        if idx.shape[0] == 0:
+            return x
+        return idx.float().mean() + x
+    graphs, breaks, _ = _run(f, "eager", lambda i: (torch.randn(4) * (i % 2),), calls=4,
+                             options=DYNAMIC_OUTPUTS)
+    assert breaks == 1
+
+
+def test_training_through_a_boolean_mask():
+    def step(x, w):
+        loss = (x @ w)[x[:, 0] > 0].pow(2).sum()
+        loss.backward()
+        return loss.detach()
+    compiled = surge.compile(step, backend="aot_eager", options=DYNAMIC_OUTPUTS)
+    for _ in range(3):
+        x, w = torch.randn(6, 3), torch.randn(3, 2, requires_grad=True)
+        w2 = w.detach().clone().requires_grad_(True)
+        torch.testing.assert_close(step(x, w), compiled(x, w2))
+        torch.testing.assert_close(w.grad, w2.grad)
+    assert surge.counters["fallbacks"] == 0
