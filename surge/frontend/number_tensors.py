@@ -148,13 +148,22 @@ class NumbersAsTensors:
 
     def __init__(self, compiled, conversions):
         self.compiled = compiled
-        self.conversions = conversions   # (position, dtype)
+        self.conversions = conversions   # (position, dtype, device)
 
     def __call__(self, *args):
         args = list(args)
-        for i, dtype in self.conversions:
-            args[i] = torch.tensor(args[i], dtype=dtype)
+        for i, dtype, device in self.conversions:
+            args[i] = torch.tensor(args[i], dtype=dtype, device=device)
         return self.compiled(*args)
+
+
+def _graph_device(example_inputs) -> torch.device:
+    """Where the numbers go: the device of the graph's tensors, so that the kernels reading
+    them fuse (a CPU tensor among CUDA ones would be read by an extern op)."""
+    for value in example_inputs:
+        if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+            return value.device
+    return torch.device("cpu")
 
 
 def convert(gm: torch.fx.GraphModule, example_inputs: list, selected=_is_number):
@@ -164,6 +173,7 @@ def convert(gm: torch.fx.GraphModule, example_inputs: list, selected=_is_number)
     env: dict = {}
     conversions = []
     inputs = list(example_inputs)
+    device = _graph_device(example_inputs)
     position = 0
     for node in gm.graph.nodes:
         if node.op == "placeholder":
@@ -172,9 +182,9 @@ def convert(gm: torch.fx.GraphModule, example_inputs: list, selected=_is_number)
             if selected(node):
                 dtype = _number_kind(node)
                 new.meta["val"] = torch.empty((), dtype=dtype, device="meta")
-                new.meta["device"] = torch.device("cpu")
-                conversions.append((position, dtype))
-                inputs[position] = torch.tensor(inputs[position], dtype=dtype)
+                new.meta["device"] = device
+                conversions.append((position, dtype, device))
+                inputs[position] = torch.tensor(inputs[position], dtype=dtype, device=device)
             env[node] = new
             position += 1
             continue
@@ -186,7 +196,7 @@ def convert(gm: torch.fx.GraphModule, example_inputs: list, selected=_is_number)
             env[node] = _meta_node(graph, "call_method", "to", (detached, _number_kind(node)), {}, node)
             continue
         if selected(node):
-            env[node] = _number_op(graph, node, env)
+            env[node] = _number_op(graph, node, env, device)
             continue
         if node.op in ("call_function", "call_method") and not _is_number(node) \
                 and any(selected(a) for a in node.all_input_nodes):
@@ -204,16 +214,17 @@ def _meta_node(graph, kind, target, args, kwargs, like):
     def meta(a):
         return a.meta["val"] if isinstance(a, torch.fx.Node) else a
     m_args = torch.fx.node.map_aggregate(args, meta)
-    m_kwargs = torch.fx.node.map_aggregate(kwargs, meta)
+    m_kwargs = {k: "meta" if k == "device" else v for k, v in torch.fx.node.map_aggregate(kwargs, meta).items()}
     if kind == "call_method":
         node.meta["val"] = getattr(m_args[0], target)(*m_args[1:], **m_kwargs)
     else:
         node.meta["val"] = target(*m_args, **m_kwargs)
-    node.meta["device"] = torch.device("cpu")
+    devices = [a.meta["device"] for a in args if isinstance(a, torch.fx.Node) and "device" in a.meta]
+    node.meta["device"] = kwargs.get("device") or (devices[0] if devices else torch.device("cpu"))
     return node
 
 
-def _number_op(graph, node, env):
+def _number_op(graph, node, env, device):
     result = _number_kind(node)
     args = []
     for a in node.args:
@@ -222,7 +233,8 @@ def _number_op(graph, node, env):
             if result is torch.float64 and a.meta["val"].dtype is not torch.float64:
                 a = _meta_node(graph, "call_method", "to", (a, torch.float64), {}, node)
         elif node.target in (torch.sym_max, torch.sym_min):
-            a = _meta_node(graph, "call_function", torch.scalar_tensor, (a,), {"dtype": result}, node)
+            a = _meta_node(graph, "call_function", torch.scalar_tensor, (a,), {"dtype": result, "device": device},
+                           node)
         args.append(a)
     fn = _NUMBER_OPS[node.target]
     if fn is None:   # sym_float: the conversion above is the whole op
