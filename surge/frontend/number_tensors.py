@@ -153,7 +153,7 @@ class NumbersAsTensors:
     def __call__(self, *args):
         args = list(args)
         for i, dtype, device in self.conversions:
-            args[i] = torch.tensor(args[i], dtype=dtype, device=device)
+            args[i] = torch.scalar_tensor(args[i], dtype=dtype, device=device)  # 3x faster than torch.tensor
         return self.compiled(*args)
 
 
@@ -184,7 +184,7 @@ def convert(gm: torch.fx.GraphModule, example_inputs: list, selected=_is_number)
                 new.meta["val"] = torch.empty((), dtype=dtype, device="meta")
                 new.meta["device"] = device
                 conversions.append((position, dtype, device))
-                inputs[position] = torch.tensor(inputs[position], dtype=dtype, device=device)
+                inputs[position] = torch.scalar_tensor(inputs[position], dtype=dtype, device=device)
             env[node] = new
             position += 1
             continue
