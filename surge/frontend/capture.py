@@ -180,10 +180,8 @@ def _capture(fn, args, kwargs, options, backend, start, dynamic_state=None,
         except StaticNumbersNeeded:
             continue   # the numbers named are static now (DynamicState.static_numbers)
         except DataDependent as e:
-            if dynamic_state.data_dependent_break is not None:
-                raise  # not a read's doing: cannot happen without reads in the graph
             dynamic_state.data_dependent_break = e.why
-            logs.log("dynamic", f"{fn.__qualname__}: values read back from tensors break the graph: {e.why}")
+            logs.log("dynamic", f"{fn.__qualname__}: reads of tensor data and data-dependent sizes break the graph: {e.why}")
 
 
 def _capture_once(fn, args, kwargs, options, backend, start, dynamic_state, stop) -> CacheEntry:
@@ -218,6 +216,12 @@ def _capture_once(fn, args, kwargs, options, backend, start, dynamic_state, stop
     except StaticNumbersNeeded:
         raise
     except DataDependent as e:
+        if dynamic_state.data_dependent_break is not None:
+            # Nothing data-dependent is left to break at: report it as any capture failure.
+            error = Unsupported(f"a value that depends on tensor data: {e.why}")
+            if options.fullgraph:
+                raise error from None
+            raise _Failed(tracer, error) from None
         where = tracer.current_frame
         if where is not None:
             e.why += f" (the decision at {where.code.co_filename}:{where.lineno()})"

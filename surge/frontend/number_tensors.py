@@ -301,6 +301,8 @@ def numbers_for_backend(dynamic, gm: torch.fx.GraphModule, example_inputs: list,
                                 "only where it meets tensor arithmetic, and this one is used as a size, "
                                 "a Python number or an output")
         names = {r.meta["source"] for r in roots if r.op == "placeholder"}
+        if names <= dynamic.state.static_numbers:   # static already, yet here: not a number argument
+            names = set()
         if not names:
             raise DataDependent("the backend takes numbers only as 0-d tensors, and one that depends on "
                                 "data is used as a size or a Python number")
