@@ -56,6 +56,7 @@ _ELEMENTWISE_METHODS = {
 }
 # Keyword arguments that are operands (``alpha=`` is not: it must be a number).
 _OPERAND_KWARGS = {"other", "min", "max", "value", "exponent", "input"}
+_OPMATH = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 # Ops whose first tensor argument is a mask or condition: the data operand decides the dtype.
 _MASK_FIRST = {torch.where}
 
@@ -255,6 +256,9 @@ def _tensor_op(graph, node, env, selected):
             return env[a] if isinstance(a, torch.fx.Node) else a
         stand_in = 1.0 if isinstance(a.meta["val"], torch.SymFloat) else 1
         dtype = torch.result_type(reference.meta["val"], stand_in)
+        # A 16-bit float op computes with a Python number in float32 (its opmath type);
+        # a float32 0-d tensor does the same, and the 16-bit tensor still decides the result.
+        dtype = _OPMATH.get(dtype, dtype)
         value = env[a]
         if value.meta["val"].dtype is dtype:
             return value
