@@ -21,7 +21,7 @@ from ..frontend.shape_env import env_of, expr_of, hint_of, is_symbolic
 from ..frontend.symbolic import MATH_FUNCTIONS, Fn, Symbol
 
 _FN_OPS = {"floordiv": operator.floordiv, "mod": operator.mod, "truediv": operator.truediv,
-           "max": torch.sym_max, "min": torch.sym_min,
+           "pow": operator.pow, "max": torch.sym_max, "min": torch.sym_min,
            **{name: getattr(torch, f"_sym_{name}") for name in MATH_FUNCTIONS}}
 
 

@@ -302,7 +302,7 @@ def tensor_guard(tx, source, value: torch.Tensor, sizes, strides) -> None:
 
 
 _FN_OPS = {"floordiv": operator.floordiv, "mod": operator.mod, "truediv": operator.truediv,
-           "max": torch.sym_max, "min": torch.sym_min,
+           "pow": operator.pow, "max": torch.sym_max, "min": torch.sym_min,
            **{name: getattr(torch, f"_sym_{name}") for name in MATH_FUNCTIONS}}
 
 

@@ -503,9 +503,17 @@ class SizeNode:
 
     def pow(self, o):
         n = expr_of(o).constant()
-        if isinstance(n, int) and n >= 0:
+        if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
             return self._arith(o, lambda a, b: a.pow(n), lambda a, b: a ** b)
-        return self._const(self.guard_value() ** (o._hint if isinstance(o, SizeNode) else o))
+        # A symbolic or fractional exponent (``0.95 ** step``, ``step ** 0.5``): an opaque
+        # power. An int to an int power is an int when the exponent is not negative.
+        floats = self.pytype is float or isinstance(o, float) or (isinstance(o, SizeNode) and o.pytype is float)
+        pytype = float
+        if not floats:
+            exponent = expr_of(o)
+            if n is not None or self.env.assume(Rel("<=", -exponent), "an int power's exponent is not negative"):
+                pytype = int if (n is None or n >= 0) else float
+        return self._arith(o, lambda a, b: apply_fn("pow", a, b), lambda a, b: a ** b, pytype)
 
     pow_by_natural = pow
     float_pow = pow

@@ -56,11 +56,11 @@ class Fn:
         return f"({a} {_FN_SYMBOLS[self.op]} {b})"
 
 
-_FN_SYMBOLS = {"floordiv": "//", "mod": "%", "truediv": "/"}
+_FN_SYMBOLS = {"floordiv": "//", "mod": "%", "truediv": "/", "pow": "**"}
 # Functions of one float that torch.SymFloat carries (torch._sym_sqrt, ...): a number
 # computed with them (``math.sqrt(lr)``) stays symbolic.
 MATH_FUNCTIONS = ("sqrt", "cos", "cosh", "sin", "sinh", "tan", "tanh", "asin", "acos", "atan", "log2")
-_FN_EVAL = {"floordiv": operator.floordiv, "mod": operator.mod, "truediv": operator.truediv,
+_FN_EVAL = {"floordiv": operator.floordiv, "mod": operator.mod, "truediv": operator.truediv, "pow": operator.pow,
             "max": max, "min": min, **{name: getattr(math, name) for name in MATH_FUNCTIONS}}
 
 
@@ -277,6 +277,8 @@ def apply_fn(op: str, a: Expr, b: Expr | None = None) -> Expr:
             return Expr.const(0)
     elif op == "truediv" and cb is not None and cb != 0:
         return a * (1.0 / cb)
+    elif op == "pow" and cb == 1:
+        return a
     elif op in ("max", "min") and a == b:
         return a
     return Expr.atom(Fn(op, (a, b)))

@@ -93,6 +93,17 @@ def test_learning_rate_and_step_arguments_make_at_most_two_graphs(backend):
     assert graphs <= 2 and recompiles <= 1 and breaks == 0
 
 
+def _powers(x, step, lr):
+    return x * (0.95 ** step) + x * (step ** 0.5) + x * (2 ** step) + x * (lr ** 2) * (2 ** lr)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_powers_with_a_symbolic_exponent_stay_symbolic(backend):
+    # 0.95 ** step once computed the hint's power without a guard: a wrong cache hit
+    graphs, _, recompiles = _run(_powers, backend, lambda i: (torch.ones(3), i + 2, 0.1 * i + 0.3), calls=6)
+    assert (graphs, recompiles) == (2, 1)
+
+
 def test_number_used_as_a_size_on_a_kernel_backend_compiles_static():
     def f(x, n, lr):
         return x[:n] * lr
