@@ -12,17 +12,19 @@ dynamic too. Costs (the partitioner's bytes) read the hints.
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 
 import torch
 
 from ..errors import Unsupported
 from ..frontend.shape_env import env_of, expr_of, hint_of, is_symbolic
-from ..frontend.symbolic import MATH_FUNCTIONS, Fn, Symbol
+from ..frontend.symbolic import MATH_FUNCTIONS, ROUNDING_FUNCTIONS, Fn, Symbol
 
 _FN_OPS = {"floordiv": operator.floordiv, "mod": operator.mod, "truediv": operator.truediv,
            "pow": operator.pow, "max": torch.sym_max, "min": torch.sym_min,
-           **{name: getattr(torch, f"_sym_{name}") for name in MATH_FUNCTIONS}}
+           **{name: getattr(torch, f"_sym_{name}") for name in MATH_FUNCTIONS},
+           **{name: getattr(math, name) for name in ROUNDING_FUNCTIONS}}
 
 
 def symbolic_placeholder_meta(node: torch.fx.Node):

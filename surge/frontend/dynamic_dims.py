@@ -20,6 +20,7 @@ graphs instead: the capture makes nothing symbolic, and says so under
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from dataclasses import dataclass, field
 
@@ -28,7 +29,7 @@ import torch
 from .. import logs
 from .shape_env import DataDependent, ShapeEnv, expr_of, is_symbolic
 from .sources import ArgSource, DefaultSource, ItemSource, KwargSource, Source
-from .symbolic import MATH_FUNCTIONS, Expr, Fn, Rel, Symbol
+from .symbolic import MATH_FUNCTIONS, ROUNDING_FUNCTIONS, Expr, Fn, Rel, Symbol
 from .variables.base import unsupported
 
 
@@ -303,7 +304,8 @@ def tensor_guard(tx, source, value: torch.Tensor, sizes, strides) -> None:
 
 _FN_OPS = {"floordiv": operator.floordiv, "mod": operator.mod, "truediv": operator.truediv,
            "pow": operator.pow, "max": torch.sym_max, "min": torch.sym_min,
-           **{name: getattr(torch, f"_sym_{name}") for name in MATH_FUNCTIONS}}
+           **{name: getattr(torch, f"_sym_{name}") for name in MATH_FUNCTIONS},
+           **{name: getattr(math, name) for name in ROUNDING_FUNCTIONS}}
 
 
 def _emit(tx, env: ShapeEnv, expr):

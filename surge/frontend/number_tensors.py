@@ -18,6 +18,7 @@ tensor: ``convert`` reports those numbers, and the capture compiles them static.
 """
 from __future__ import annotations
 
+import math
 import operator
 
 import torch
@@ -25,7 +26,7 @@ import torch.fx
 
 from .. import logs
 from .shape_env import DataDependent
-from .symbolic import MATH_FUNCTIONS
+from .symbolic import MATH_FUNCTIONS, ROUNDING_FUNCTIONS
 
 # Python arithmetic on numbers -> the same on 0-d tensors (numbers.float64 / int64 keep
 # Python's results for + - * and the floor forms; true division goes through float64).
@@ -35,6 +36,7 @@ _NUMBER_OPS = {
     operator.mod: torch.remainder, operator.pow: torch.pow, operator.neg: torch.neg,
     torch.sym_max: torch.maximum, torch.sym_min: torch.minimum, torch.sym_float: None,
     **{getattr(torch, f"_sym_{name}"): getattr(torch, name) for name in MATH_FUNCTIONS},
+    **{getattr(math, name): getattr(torch, name) for name in ROUNDING_FUNCTIONS},
 }
 
 # Tensor ops whose Python-number operands may be 0-d tensors of the promoted dtype.
@@ -240,7 +242,10 @@ def _number_op(graph, node, env, device):
     fn = _NUMBER_OPS[node.target]
     if fn is None:   # sym_float: the conversion above is the whole op
         return args[0]
-    return _meta_node(graph, "call_function", fn, tuple(args), {}, node)
+    out = _meta_node(graph, "call_function", fn, tuple(args), {}, node)
+    if out.meta["val"].dtype is not result:   # floor/ceil/trunc of a float: an int
+        out = _meta_node(graph, "call_method", "to", (out, result), {}, node)
+    return out
 
 
 def _tensor_op(graph, node, env, selected):

@@ -19,14 +19,17 @@ entry's one check function (codegen.py).
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 import math
 from dataclasses import dataclass
 
+builtins_round = builtins.round
+
 import torch
 
 from .. import logs
-from .symbolic import INF, MATH_FUNCTIONS, Expr, Fn, Rel, Symbol, apply_fn, decide, value_range
+from .symbolic import INF, MATH_FUNCTIONS, UNARY_FUNCTIONS, Expr, Fn, Rel, Symbol, apply_fn, decide, value_range
 from .symbolic_layout import channels_last_strides, contiguous_in_order, non_overlapping_and_dense
 
 
@@ -175,7 +178,7 @@ class ShapeEnv:
         return out
 
     def _simplify_fn(self, fn: Fn):
-        if fn.op in MATH_FUNCTIONS:
+        if fn.op in UNARY_FUNCTIONS:
             return apply_fn(fn.op, self.simplify(fn.args[0]))
         a, b = (self.simplify(x) for x in fn.args)
         if fn.op in ("max", "min"):
@@ -571,18 +574,22 @@ class SizeNode:
     def sym_float(self):
         return SizeNode(self.env, self.expr, float, None if self._hint is None else float(self._hint))
 
-    def sym_int(self):
-        return self._const(int(self.guard_value()))
-
-    def _rounding(fn):  # noqa: N805  (a decorator of this class's methods)
+    def _rounding(name):  # noqa: N805  (builds this class's floor, ceil, trunc)
         def method(self):
-            return self._const(fn(self.guard_value()))
+            if self.pytype is int:
+                return self
+            hint = None if self._hint is None else getattr(math, name)(self._hint)
+            return SizeNode(self.env, apply_fn(name, self.expr), int, hint)
         return method
 
-    floor = _rounding(math.floor)
-    ceil = _rounding(math.ceil)
-    trunc = _rounding(math.trunc)
-    round = _rounding(round)
+    floor = _rounding("floor")
+    ceil = _rounding("ceil")
+    trunc = _rounding("trunc")
+    sym_int = trunc   # int() of a float truncates
+
+    def round(self, ndigits=None):
+        value = builtins_round(self.guard_value()) if ndigits is None else builtins_round(self.guard_value(), ndigits)
+        return self._const(value)
 
     # ---- comparisons --------------------------------------------------------------
     def _compare(self, other, op):

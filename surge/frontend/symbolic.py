@@ -48,7 +48,7 @@ class Fn:
         return (1, self.op, tuple(a.sort_key() for a in self.args))
 
     def render(self, names) -> str:
-        if self.op in MATH_FUNCTIONS:
+        if self.op in UNARY_FUNCTIONS:
             return f"math.{self.op}({self.args[0].render(names)})"
         a, b = (x.render(names) for x in self.args)
         if self.op in ("max", "min"):
@@ -60,8 +60,11 @@ _FN_SYMBOLS = {"floordiv": "//", "mod": "%", "truediv": "/", "pow": "**"}
 # Functions of one float that torch.SymFloat carries (torch._sym_sqrt, ...): a number
 # computed with them (``math.sqrt(lr)``) stays symbolic.
 MATH_FUNCTIONS = ("sqrt", "cos", "cosh", "sin", "sinh", "tan", "tanh", "asin", "acos", "atan", "log2")
+# Float -> int functions (``math.floor``, ``int()``'s truncation): a symbolic int.
+ROUNDING_FUNCTIONS = ("floor", "ceil", "trunc")
+UNARY_FUNCTIONS = MATH_FUNCTIONS + ROUNDING_FUNCTIONS
 _FN_EVAL = {"floordiv": operator.floordiv, "mod": operator.mod, "truediv": operator.truediv, "pow": operator.pow,
-            "max": max, "min": min, **{name: getattr(math, name) for name in MATH_FUNCTIONS}}
+            "max": max, "min": min, **{name: getattr(math, name) for name in UNARY_FUNCTIONS}}
 
 
 class Expr:
@@ -260,7 +263,7 @@ def substitute_atom(atom, mapping) -> Expr:
 def apply_fn(op: str, a: Expr, b: Expr | None = None) -> Expr:
     """``op(a, b)`` (``op(a)`` for a math function) in normal form: folded when the
     arguments are numbers, simplified where exact."""
-    if op in MATH_FUNCTIONS:
+    if op in UNARY_FUNCTIONS:
         c = a.constant()
         return Expr.const(_FN_EVAL[op](c)) if c is not None else Expr.atom(Fn(op, (a,)))
     ca, cb = a.constant(), b.constant()
@@ -378,7 +381,7 @@ def value_range(expr: Expr, ranges) -> tuple:
 def atom_range(atom, ranges) -> tuple:
     if isinstance(atom, Symbol):
         return ranges(atom)
-    if atom.op in MATH_FUNCTIONS:
+    if atom.op in UNARY_FUNCTIONS:
         return (0, INF) if atom.op == "sqrt" else (-INF, INF)
     a, b = (value_range(x, ranges) for x in atom.args)
     if atom.op in ("max", "min"):

@@ -104,6 +104,17 @@ def test_powers_with_a_symbolic_exponent_stay_symbolic(backend):
     assert (graphs, recompiles) == (2, 1)
 
 
+def _rounded(x, lr, total):
+    warm = int(lr * total)
+    return x * warm + math.floor(lr * 10) + math.ceil(total / 3) + x * math.trunc(-lr * 7)
+
+
+@pytest.mark.parametrize("backend", ["eager", "cpp"])
+def test_int_floor_ceil_trunc_of_symbolic_numbers_stay_symbolic(backend):
+    graphs, _, recompiles = _run(_rounded, backend, lambda i: (torch.ones(2), 0.13 * i + 0.2, 10 + i), calls=6)
+    assert (graphs, recompiles) == (2, 1)
+
+
 def test_number_used_as_a_size_on_a_kernel_backend_compiles_static():
     def f(x, n, lr):
         return x[:n] * lr

@@ -297,8 +297,8 @@ def _number_conversion(fn):
             # int() of a symbolic int, float() of a symbolic number: still symbolic, no guard.
             if isinstance(value, torch.SymInt) and is_symbolic(value) and fn in (int, float):
                 return ConstantVariable(value if fn is int else torch.sym_float(value))
-            if isinstance(value, torch.SymFloat) and is_symbolic(value) and fn is float:
-                return ConstantVariable(value)
+            if isinstance(value, torch.SymFloat) and is_symbolic(value):
+                return ConstantVariable(value if fn is float else math.trunc(value))  # int() truncates
         if not args and not kwargs:
             return ConstantVariable(fn())
         return ConstantVariable(fold(fn, args, kwargs))
@@ -611,11 +611,15 @@ def _super(tx, *args):
 # ---- math and operator: pure functions of numbers --------------------------------
 
 
+# math.floor(v) of a symbolic v calls its __floor__: a symbolic int (shape_env.py).
+_ROUNDING = {math.floor: math.floor, math.ceil: math.ceil, math.trunc: math.trunc}
+
+
 def _pure_math(fn):
     def rule(tx, *args, **kwargs):
         if any(isinstance(a, TensorVariable) for a in args):
             unsupported(f"math.{fn.__name__}() of a tensor reads its data into Python")
-        symbolic_form = getattr(torch, f"_sym_{fn.__name__}", None)
+        symbolic_form = getattr(torch, f"_sym_{fn.__name__}", None) or _ROUNDING.get(fn)
         if symbolic_form is not None and len(args) == 1 and not kwargs and isinstance(args[0], ConstantVariable) \
                 and is_symbolic(args[0].symbolic_value()):
             return ConstantVariable(symbolic_form(args[0].symbolic_value()))  # stays symbolic, no guard
