@@ -113,6 +113,12 @@ class DynamicDims:
     def active(self) -> bool:
         return bool(self.env.symbols)
 
+    @property
+    def symbolic_meta_needed(self) -> bool:
+        """Whether meta kernels must run torch's Python forms: an int symbol may be a size.
+        Float symbols run meta kernels as a stand-in value, so C++ meta kernels do."""
+        return any(not s.is_float for s in self.env.symbols)
+
     def _refuse(self, what: str) -> None:
         if not self._refused_logged and self.mode is not False:
             target = self.backend.func if isinstance(self.backend, functools.partial) else self.backend

@@ -185,7 +185,7 @@ def record_plain_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable
     data_dependent = dynamic_output_rule(kind, target, meta_args, meta_kwargs)
     if data_dependent is not None:
         result = data_dependent_result(tx, data_dependent, lambda build: _symbolic(tx, build))
-    elif tx.dynamic.active:
+    elif tx.dynamic.symbolic_meta_needed:
         result = _symbolic(tx, lambda: _run(tx, kind, target, meta_args, meta_kwargs, devices))
     else:
         result = _run(tx, kind, target, meta_args, meta_kwargs, devices)
