@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import hashlib
 import os
+import sys
 from typing import Any, Mapping
 
 
@@ -34,6 +35,13 @@ def _env_optional_int(name: str) -> int | None:
 def _env_str(name: str, default: str | None) -> str | None:
     raw = os.environ.get(name)
     return raw if raw not in (None, "") else default
+
+
+def _dynamo_config(name: str) -> bool:
+    """``torch._dynamo.config.<name>`` when code written for torch.compile set it: read only
+    if that module is already imported (surge never imports Dynamo)."""
+    config = sys.modules.get("torch._dynamo.config")
+    return bool(getattr(config, name, False)) if config is not None else False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +97,14 @@ class Options:
     # Graphs recorded per compiled graph's memory pool (its forward, backward and the
     # graphs of several sizes) before further ones run in the default mode.
     cudagraph_max_records: int = 8
+    # Values read back from tensors (``.item()``, ``.tolist()``, ``int(t)``, ``float(t)``)
+    # stay in the graph as data-dependent numbers where they only meet arithmetic, as
+    # torch's ``capture_scalar_outputs``; off: each read breaks the graph.
+    capture_scalar_outputs: bool = False
+    # Ops whose output size depends on data (``nonzero``, ``x[mask]``) stay in the graph
+    # under a data-dependent size, as torch's ``capture_dynamic_output_shape_ops``;
+    # off: they break the graph.
+    capture_dynamic_output_shape_ops: bool = False
 
     @staticmethod
     def from_env() -> "Options":
@@ -110,6 +126,10 @@ class Options:
             autotune=_env_bool("SURGE_AUTOTUNE", False),
             cudagraphs=_env_bool("SURGE_CUDAGRAPHS", False),
             cudagraph_max_records=_env_int("SURGE_CUDAGRAPH_MAX_RECORDS", 8),
+            capture_scalar_outputs=_env_bool("SURGE_CAPTURE_SCALAR_OUTPUTS", False)
+            or _dynamo_config("capture_scalar_outputs"),
+            capture_dynamic_output_shape_ops=_env_bool("SURGE_CAPTURE_DYNAMIC_OUTPUT_SHAPE_OPS", False)
+            or _dynamo_config("capture_dynamic_output_shape_ops"),
         )
 
     def replace(self, **changes: Any) -> "Options":

@@ -30,3 +30,5 @@ def aot_eager_backend(gm: torch.fx.GraphModule, example_inputs, *, options: Opti
 
 # Its graphs run as traced: symbolic sizes are inputs like any other (aot/symbolic_inputs.py).
 aot_eager_backend.accepts_symbolic_sizes = True
+# Values read back from tensors arrive as 0-d tensors (frontend/number_tensors.py).
+aot_eager_backend.accepts_scalar_reads = False

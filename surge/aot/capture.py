@@ -28,6 +28,7 @@ from torch.utils import _pytree as pytree
 from ..errors import Unsupported
 from ..frontend.shape_env import is_symbolic
 from ..frontend.symbolic_meta import symbolic_meta
+from .data_dependent_sizes import graph_has_data_dependent_sizes
 from .cond import COND, trace_cond
 from .device_layouts import ChannelsLastConvolutions
 from .functionalize import ViewStep
@@ -240,9 +241,11 @@ def _trace(gm, example_inputs, decompose, lift_state, grad_inputs, layouts) -> T
             state_by_name[name] = t
     grad_enabled = torch.is_grad_enabled()
     interpreter = _TorchLevelInterpreter(gm, tracer, state_by_name, layouts)
+    tracer.data_dependent_env = graph_has_data_dependent_sizes(gm)
     try:
-        sizes = symbolic_meta() if tracer.symbols.active else contextlib.nullcontext()
-        with sizes, _swapped_state(gm, state_by_name), tracer.mode, torch.set_grad_enabled(grad_inputs is not None):
+        sizes = symbolic_meta() if tracer.symbols.active or tracer.data_dependent_env else contextlib.nullcontext()
+        oblivious = tracer.data_dependent_env.size_oblivious() if tracer.data_dependent_env else contextlib.nullcontext()
+        with sizes, oblivious, _swapped_state(gm, state_by_name), tracer.mode, torch.set_grad_enabled(grad_inputs is not None):
             try:
                 result = interpreter.run(*tracers[: len(placeholders)])
             finally:

@@ -12,16 +12,19 @@ dynamic too. Costs (the partitioner's bytes) read the hints.
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 
 import torch
 
 from ..errors import Unsupported
 from ..frontend.shape_env import env_of, expr_of, hint_of, is_symbolic
-from ..frontend.symbolic import Fn, Symbol
+from ..frontend.symbolic import MATH_FUNCTIONS, ROUNDING_FUNCTIONS, Fn, Symbol
 
 _FN_OPS = {"floordiv": operator.floordiv, "mod": operator.mod, "truediv": operator.truediv,
-           "max": torch.sym_max, "min": torch.sym_min}
+           "pow": operator.pow, "max": torch.sym_max, "min": torch.sym_min,
+           **{name: getattr(torch, f"_sym_{name}") for name in MATH_FUNCTIONS},
+           **{name: getattr(math, name) for name in ROUNDING_FUNCTIONS}}
 
 
 def symbolic_placeholder_meta(node: torch.fx.Node):
@@ -87,22 +90,31 @@ class SymbolNodes:
                 raise Unsupported(f"size symbol {atom.name} is not an input of the graph")
             return node
         assert isinstance(atom, Fn)
-        a, b = (x.constant() if x.constant() is not None else self._emit(x) for x in atom.args)
-        return self._node(_FN_OPS[atom.op], a, b)
+        args = tuple(x.constant() if x.constant() is not None else self._emit(x) for x in atom.args)
+        return self._node(_FN_OPS[atom.op], *args)
 
-    def _node(self, fn, a, b):
-        node = self.graph.call_function(fn, (a, b))
-        node.meta["val"] = fn(*(x.meta["val"] if isinstance(x, torch.fx.Node) else x for x in (a, b)))
+    def _node(self, fn, *args):
+        node = self.graph.call_function(fn, args)
+        node.meta["val"] = fn(*(x.meta["val"] if isinstance(x, torch.fx.Node) else x for x in args))
         return node
 
 
 def meta_scalar(a):
-    """A symbolic float runs meta kernels as its hint; symbolic ints stay (they may be sizes)."""
-    return hint_of(a) if isinstance(a, torch.SymFloat) else a
+    """A symbolic float runs meta kernels as its hint (any float for one read back from a
+    tensor, which has none); symbolic ints stay (they may be sizes)."""
+    if isinstance(a, torch.SymFloat):
+        hint = hint_of(a)
+        return 1.0 if hint is None else hint
+    return a
 
 
 def concrete(value):
-    """Hints for sizes (shapes, numels) where only a cost or an example is needed."""
+    """Hints for sizes (shapes, numels) where only a cost or an example is needed (a size
+    computed from data, which has none, at the shape environment's cost estimate)."""
+    if is_symbolic(value) and value.node.hint is None:
+        return value.node.env.cost_hint(value.node.env.simplify(expr_of(value)))
+    if isinstance(value, (tuple, list, torch.Size)) and any(is_symbolic(v) and v.node.hint is None for v in value):
+        return tuple(concrete(v) for v in value)
     return hint_of(value)
 
 

@@ -35,6 +35,7 @@ from .decompositions import decomposition_for, packet_name, surge_decomposition
 from .device_layouts import device_result
 from .foreach import decompose_foreach, is_foreach
 from .prims import aten_body_for_prim
+from .data_dependent_sizes import data_dependent_rule, trace_data_dependent, trace_scalar_read
 from .symbolic_inputs import SymbolNodes, meta_scalar
 
 aten = torch.ops.aten
@@ -134,6 +135,8 @@ class AtenTracer:
         self._decomposing: set = set()
         # Symbol placeholders of a graph with symbolic sizes (symbolic_inputs.py).
         self.symbols = SymbolNodes(self.graph)
+        # The shape environment of a graph with data-dependent sizes (data_dependent_sizes.py).
+        self.data_dependent_env = None
 
     # ------------------------------------------------------------ graph inputs
     def add_input(self, name: str, value, *, requires_grad: bool = False, as_attr: bool = False,
@@ -215,6 +218,10 @@ class AtenTracer:
         if not isinstance(func, torch._ops.OpOverload):
             raise Unsupported(f"surge cannot trace {func} (not an ATen op overload)")
         name = packet_name(func)
+        if self.data_dependent_env is not None and (name in _DATA_DEPENDENT or func is aten.index.Tensor):
+            traced = self._data_dependent(func, args, kwargs)
+            if traced is not None:
+                return traced
         if name in _DATA_DEPENDENT:
             raise Unsupported(f"aten.{name}: {_DATA_DEPENDENT[name]}; a static graph cannot hold it")
         if is_foreach(func) and not func._overloadname.endswith("out"):
@@ -324,6 +331,23 @@ class AtenTracer:
             step = fz.ViewStep(func, tuple(args[1:]), dict(kwargs), i if isinstance(out, (tuple, list)) else None)
             t._alias = fz.AliasState(storage, chain + (step,), t._alias.node, storage.version)
         return out
+
+    def _data_dependent(self, func, args, kwargs):
+        """An op with a data-dependent output size, in a graph the frontend captured with
+        such sizes (data_dependent_sizes.py); None when it is not one."""
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        nodes = [self.current_node(a) if isinstance(a, TracerTensor) else a for a in flat]
+        metas = [n.meta["val"] if isinstance(a, TracerTensor) else a for a, n in zip(flat, nodes)]
+        meta_args, meta_kwargs = pytree.tree_unflatten(metas, spec)
+        device = next(a.device for a in flat if isinstance(a, TracerTensor))
+        why = f"{func} ({self.provenance.get('source_node', '')})"
+        if func is aten._local_scalar_dense.default:
+            return trace_scalar_read(self, self.data_dependent_env, nodes[0], metas[0], device, why)
+        rule = data_dependent_rule(func, meta_args, meta_kwargs)
+        if rule is None:
+            return None
+        node_args, node_kwargs = pytree.tree_unflatten(nodes, spec)
+        return trace_data_dependent(self, self.data_dependent_env, func, rule, node_args, node_kwargs, device, why)
 
     def record(self, func, args, kwargs):
         """Record ``func`` as one node; returns tracer tensors for its outputs."""

@@ -31,7 +31,9 @@ from .breaks import (
 from .cache_entry import BreakReason, CacheEntry
 from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
 from .codegen import EntryCodegen, generate_diagnosis, generate_entry
-from .dynamic_dims import DynamicDims, install_shape_guards
+from .dynamic_dims import DynamicDims, DynamicState, accepts_data_dependent_sizes, install_shape_guards
+from .number_tensors import StaticNumbersNeeded, has_numbers, numbers_for_backend
+from .shape_env import DataDependent
 from .global_state import functorch_transform_active, preserved_global_state
 from .interpreter import Frame
 from .interpreter.frame import StopForBreak
@@ -170,6 +172,19 @@ def _reason(error: Unsupported) -> BreakReason:
 
 def _capture(fn, args, kwargs, options, backend, start, dynamic_state=None,
              stop: BreakPoint | None = None) -> CacheEntry:
+    if dynamic_state is None:  # one state for the retries below
+        dynamic_state = DynamicState()
+    while True:
+        try:
+            return _capture_once(fn, args, kwargs, options, backend, start, dynamic_state, stop)
+        except StaticNumbersNeeded:
+            continue   # the numbers named are static now (DynamicState.static_numbers)
+        except DataDependent as e:
+            dynamic_state.data_dependent_break = e.why
+            logs.log("dynamic", f"{fn.__qualname__}: reads of tensor data and data-dependent sizes break the graph: {e.why}")
+
+
+def _capture_once(fn, args, kwargs, options, backend, start, dynamic_state, stop) -> CacheEntry:
     tracer = Tracer(options)
     tracer.dynamic = DynamicDims(options, dynamic_state, backend)
     tracer.fresh_parameters = fresh_parameters(fn.__code__)
@@ -198,6 +213,19 @@ def _capture(fn, args, kwargs, options, backend, start, dynamic_state=None,
                     return _finish_at_break(tracer, fn, frame, stop, backend, start)
             close_open_blocks(tracer)
             return _finish(tracer, fn, result, options, backend, start)
+    except StaticNumbersNeeded:
+        raise
+    except DataDependent as e:
+        if dynamic_state.data_dependent_break is not None:
+            # Nothing data-dependent is left to break at: report it as any capture failure.
+            error = Unsupported(f"a value that depends on tensor data: {e.why}")
+            if options.fullgraph:
+                raise error from None
+            raise _Failed(tracer, error) from None
+        where = tracer.current_frame
+        if where is not None:
+            e.why += f" (the decision at {where.code.co_filename}:{where.lineno()})"
+        raise
     except Unsupported as e:
         if options.fullgraph:
             raise
@@ -256,12 +284,23 @@ def _compile_graph(tracer: Tracer, fn, outputs: list, backend, skip_empty: bool)
         return None, None
     gm = builder.graph_module()
     example_inputs = [real for _, real in builder.inputs]
+    wrap = None
+    dynamic = tracer.dynamic
+    dynamic.check_backend_takes_data_dependent_sizes()
+    if (dynamic.numbers_as_tensors or dynamic.reads_as_tensors) and has_numbers(gm):
+        # A backend without symbolic numbers, or without reads of tensor data, gets them
+        # as 0-d tensors (number_tensors.py).
+        gm, example_inputs, wrap = numbers_for_backend(
+            dynamic, gm, example_inputs, only_reads=not dynamic.numbers_as_tensors,
+            keep_reads=accepts_data_dependent_sizes(backend))
     if logs.enabled("graph"):
         logs.log("graph", f"captured graph of {fn.__qualname__}:\n{gm.print_readable(print_output=False)}")
     write_current(tracer.options, "source.py", source_of(fn))
     write_current(tracer.options, "graph.py", lambda: gm.print_readable(print_output=False))
     with phase_timer.phase("other"):  # the backend times its own phases; the rest is not capture
         compiled = call_backend(backend, gm, example_inputs)
+    if wrap is not None:
+        compiled = wrap(compiled)
     install_shape_guards(tracer)  # after the backend: tracing the graph may decide on sizes too
     if any(n.target in AUTOCAST_GRAPH_FUNCTIONS for n in gm.graph.nodes):
         compiled = restore_autocast_on_error(compiled)

@@ -20,15 +20,16 @@ graphs instead: the capture makes nothing symbolic, and says so under
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from dataclasses import dataclass, field
 
 import torch
 
 from .. import logs
-from .shape_env import ShapeEnv, expr_of, is_symbolic
+from .shape_env import DataDependent, ShapeEnv, expr_of, is_symbolic
 from .sources import ArgSource, DefaultSource, ItemSource, KwargSource, Source
-from .symbolic import Expr, Fn, Rel, Symbol
+from .symbolic import MATH_FUNCTIONS, ROUNDING_FUNCTIONS, Expr, Fn, Rel, Symbol
 from .variables.base import unsupported
 
 
@@ -64,6 +65,26 @@ class DynamicState:
     dims: dict = field(default_factory=dict)
     numbers: dict = field(default_factory=dict)
     dynamic_numbers: set = field(default_factory=set)
+    # Numbers a backend without symbolic inputs cannot take as 0-d tensors (used as sizes):
+    # compiled static (number_tensors.py).
+    static_numbers: set = field(default_factory=set)
+    # Why values read back from tensors break this code's graphs although
+    # capture_scalar_outputs is on (a decision on one, a use the backend cannot take).
+    data_dependent_break: str | None = None
+
+
+def accepts_scalar_reads(backend) -> bool:
+    """Whether a backend takes graphs that read values back from tensors (``item`` nodes
+    giving data-dependent symbols, as Dynamo hands them); surge's aot backends take such
+    values as 0-d tensors instead (number_tensors.py)."""
+    target = backend.func if isinstance(backend, functools.partial) else backend
+    return getattr(target, "accepts_scalar_reads", True)
+
+
+def accepts_data_dependent_sizes(backend) -> bool:
+    """Whether a backend takes tensors whose sizes an op computes from data (``nonzero``)."""
+    target = backend.func if isinstance(backend, functools.partial) else backend
+    return accepts_symbolic_sizes(backend) and getattr(target, "accepts_data_dependent_sizes", True)
 
 
 def accepts_symbolic_sizes(backend) -> bool:
@@ -81,12 +102,22 @@ class DynamicDims:
         self.state = state if state is not None else DynamicState()
         self.env = ShapeEnv()
         self.allowed = self.mode is not False and accepts_symbolic_sizes(backend)
+        # A backend without symbolic sizes still gets symbolic numbers: the frontend hands
+        # them over as 0-d tensors where they only meet tensor arithmetic (number_tensors.py).
+        self.numbers_as_tensors = self.mode is not False and not self.allowed
+        self.reads_as_tensors = not accepts_scalar_reads(backend)
         self._refused_logged = False
         self.backend = backend
 
     @property
     def active(self) -> bool:
         return bool(self.env.symbols)
+
+    @property
+    def symbolic_meta_needed(self) -> bool:
+        """Whether meta kernels must run torch's Python forms: an int symbol may be a size.
+        Float symbols run meta kernels as a stand-in value, so C++ meta kernels do."""
+        return any(not s.is_float for s in self.env.symbols)
 
     def _refuse(self, what: str) -> None:
         if not self._refused_logged and self.mode is not False:
@@ -95,6 +126,16 @@ class DynamicDims:
             logs.log("dynamic", f"{what} would be symbolic, but backend {name} "
                                 "cannot take symbolic sizes yet: compiling static for these sizes")
             self._refused_logged = True
+
+    def check_backend_takes_data_dependent_sizes(self) -> None:
+        """Before the graph goes to a backend that cannot take data-dependent sizes: the
+        ops that make them break the graph instead (the capture starts again)."""
+        whys = [info.reason for info in self.env.symbols.values() if info.data_dependent and info.is_size]
+        if whys and not accepts_data_dependent_sizes(self.backend):
+            target = self.backend.func if isinstance(self.backend, functools.partial) else self.backend
+            name = getattr(target, "__qualname__", type(target).__qualname__)
+            raise DataDependent(f"backend {name} cannot take a size that depends on data "
+                                f"({', '.join(whys)})")
 
     # ---- tensors ---------------------------------------------------------------
     def tensor_dims(self, value: torch.Tensor, source: Source) -> dict:
@@ -180,8 +221,7 @@ class DynamicDims:
             return None
         if type(value) is int and value in (0, 1):
             return None
-        if not self.allowed:
-            self._refuse(name)
+        if name in self.state.static_numbers:
             return None
         reason = "dynamic=True" if self.mode is True else "its value changed between calls (automatic dynamic)"
         sym = self.env.number_symbol(source, value, reason)
@@ -269,7 +309,9 @@ def tensor_guard(tx, source, value: torch.Tensor, sizes, strides) -> None:
 
 
 _FN_OPS = {"floordiv": operator.floordiv, "mod": operator.mod, "truediv": operator.truediv,
-           "max": torch.sym_max, "min": torch.sym_min}
+           "pow": operator.pow, "max": torch.sym_max, "min": torch.sym_min,
+           **{name: getattr(torch, f"_sym_{name}") for name in MATH_FUNCTIONS},
+           **{name: getattr(math, name) for name in ROUNDING_FUNCTIONS}}
 
 
 def _emit(tx, env: ShapeEnv, expr):
@@ -295,16 +337,29 @@ def _emit(tx, env: ShapeEnv, expr):
 
 def _emit_atom(tx, env, atom):
     if isinstance(atom, Symbol):
+        if env.is_unbacked(atom):
+            return _data_dependent_node(tx, env, atom)
         source = env.symbols[atom].source
         return tx.graph.placeholder(source, env.hint(atom), source.name(), meta=env.value_of(atom))
     assert isinstance(atom, Fn)
-    a, b = (_emit(tx, env, x) if x.constant() is None else x.constant() for x in atom.args)
-    return _node(tx, env, _FN_OPS[atom.op], a, b)
+    args = (_emit(tx, env, x) if x.constant() is None else x.constant() for x in atom.args)
+    return _node(tx, env, _FN_OPS[atom.op], *args)
 
 
-def _node(tx, env, fn, a, b):
-    node = tx.graph.create_node("call_function", fn, (a, b), {}, tx.stack_trace())
-    node.meta["val"] = fn(_meta_val(a), _meta_val(b))
+def _data_dependent_node(tx, env, symbol):
+    """The graph node of a data-dependent value: its read, or ``t.size(d)`` of the tensor
+    whose size it is (made on first use)."""
+    info = env.symbols[symbol]
+    if info.node is None:
+        tensor_node, dim = info.size_of
+        info.node = tx.graph.create_node("call_method", "size", (tensor_node, dim), {}, tx.stack_trace())
+        info.node.meta["val"] = env.value_of(symbol)
+    return info.node
+
+
+def _node(tx, env, fn, *args):
+    node = tx.graph.create_node("call_function", fn, args, {}, tx.stack_trace())
+    node.meta["val"] = fn(*(_meta_val(a) for a in args))
     return node
 
 
@@ -332,6 +387,8 @@ def symbolic_expression(codegen, value) -> str:
     """Python source computing a symbolic int/float from the entry's reads of its symbols."""
     node = value.node
     env = node.env
+    if isinstance(node.expr, (Expr, Rel)) and env.data_dependent(node.expr):
+        env.refuse_data_dependent(node.expr, "the value, returned or handed across a graph break,")
     if isinstance(node.expr, (Expr,)):
         expr = env.simplify(node.expr)
         text = expr.render(lambda s: codegen.value_of(env.symbols[s].source))

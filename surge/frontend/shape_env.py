@@ -19,13 +19,18 @@ entry's one check function (codegen.py).
 """
 from __future__ import annotations
 
+import builtins
+import contextlib
 import math
 from dataclasses import dataclass
+
+builtins_round = builtins.round
 
 import torch
 
 from .. import logs
-from .symbolic import INF, Expr, Fn, Rel, Symbol, apply_fn, decide, value_range
+from .symbolic import INF, MATH_FUNCTIONS, UNARY_FUNCTIONS, Expr, Fn, Rel, Symbol, apply_fn, decide, value_range
+from .symbolic_layout import channels_last_strides, contiguous_in_order, non_overlapping_and_dense
 
 
 @dataclass
@@ -37,6 +42,20 @@ class SymbolInfo:
     high: float
     reason: str             # why it is symbolic (logged, shown by explain)
     is_size: bool = False   # a tensor's size: an int by construction (no type check)
+    data_dependent: bool = False  # read back from a tensor, or a size an op computes from data
+    node: object = None     # the graph node whose value it is (built on demand for a size)
+    size_of: tuple = None   # (graph node of a tensor, dim): a data-dependent size's tensor
+
+
+class DataDependent(BaseException):
+    """A decision on a data-dependent value (one read back from a tensor) that its range
+    does not settle: the graph cannot hold it. The capture starts again with such reads
+    breaking the graph (capture.py). A BaseException, so that no handler of the trace
+    that turns a Python error into the user's exception takes it for one."""
+
+    def __init__(self, why: str):
+        super().__init__(why)
+        self.why = why
 
 
 @dataclass
@@ -54,6 +73,7 @@ class ShapeEnv:
         self._symints: dict[Symbol, object] = {}
         # Memo of simplify and static_value, emptied when a fact is recorded.
         self._simplified: dict = {}
+        self._oblivious = 0
 
     # ---- symbols ---------------------------------------------------------------
     def size_symbol(self, source, hint: int, reason: str, low=None, high=None):
@@ -75,6 +95,60 @@ class ShapeEnv:
         value = torch.SymFloat(node) if is_float else torch.SymInt(node)
         self._symints[symbol] = value
         return value
+
+    def unbacked_symbol(self, node, pytype, why: str, low=-INF, high=INF):
+        """A SymInt / SymFloat for a value the graph reads from a tensor (``.item()``), made
+        by ``node``: no example value and nothing the entry reads; decisions on it that the
+        range does not settle raise ``DataDependent``."""
+        is_float = pytype is float
+        symbol = Symbol(f"{'uf' if is_float else 'u'}{len(self.symbols)}", is_float)
+        self.symbols[symbol] = SymbolInfo(symbol, None, None, low, high, why, data_dependent=True, node=node)
+        logs.log("dynamic", f"{symbol.name} is data-dependent: {why}")
+        sym_node = SizeNode(self, Expr.atom(symbol), pytype, None)
+        value = torch.SymFloat(sym_node) if is_float else torch.SymInt(sym_node)
+        self._symints[symbol] = value
+        return value
+
+    def unbacked_size(self, why: str, high=INF):
+        """A SymInt for a size an op computes from data (``nonzero``'s rows): in ``[0, high]``,
+        its graph node (``t.size(d)``) set by ``size_node`` once the tensor has one."""
+        symbol = Symbol(f"u{len(self.symbols)}")
+        self.symbols[symbol] = SymbolInfo(symbol, None, None, 0, high, why, is_size=True, data_dependent=True)
+        logs.log("dynamic", f"{symbol.name} is a data-dependent size in [0, {_bound(high)}]: {why}")
+        value = torch.SymInt(SizeNode(self, Expr.atom(symbol), int, None))
+        self._symints[symbol] = value
+        return value
+
+    def is_unbacked(self, symbol: Symbol) -> bool:
+        return self.symbols[symbol].data_dependent
+
+    @contextlib.contextmanager
+    def size_oblivious(self):
+        """Inside, a decision on data-dependent sizes that their ranges leave open is taken
+        as for a size of at least 2 (torch's size-oblivious rule): what meta kernels ask
+        (``u0 == 1`` for broadcasting and contiguity) holds for every size but 0 and 1,
+        whose results agree. Decisions of the user's own code never get this."""
+        self._oblivious += 1
+        try:
+            yield
+        finally:
+            self._oblivious -= 1
+
+    def _oblivious_range(self, symbol):
+        info = self.symbols[symbol]
+        if info.data_dependent and (info.is_size or info.low >= 0):   # a size, or used as one
+            return max(info.low, 2), max(info.high, 2)
+        return info.low, info.high
+
+    def data_dependent(self, expr) -> list:
+        """The data-dependent symbols ``expr`` (an Expr or a Rel) involves."""
+        expr = expr.expr if isinstance(expr, Rel) else expr
+        return [s for s in expr.symbols() if s in self.symbols and self.is_unbacked(s)]
+
+    def refuse_data_dependent(self, rel_or_expr, why: str):
+        symbols = self.data_dependent(rel_or_expr)
+        reads = ", ".join(self.symbols[s].reason for s in symbols)
+        raise DataDependent(f"{why.replace(' on sizes', '')} needs the value {reads}")
 
     def value_of(self, symbol: Symbol):
         """The SymInt / SymFloat standing for ``symbol``."""
@@ -104,6 +178,8 @@ class ShapeEnv:
         return out
 
     def _simplify_fn(self, fn: Fn):
+        if fn.op in UNARY_FUNCTIONS:
+            return apply_fn(fn.op, self.simplify(fn.args[0]))
         a, b = (self.simplify(x) for x in fn.args)
         if fn.op in ("max", "min"):
             low, high = value_range(a - b, self.range)
@@ -119,8 +195,10 @@ class ShapeEnv:
         return apply_fn(fn.op, a, b)
 
     def static_value(self, rel: Rel):
-        """True/False when ``rel`` is decided without a guard, else None."""
-        key = ("static", rel)
+        """True/False when ``rel`` is decided without a guard, else None (inside
+        ``size_oblivious``, data-dependent sizes count as at least 2 where that decides)."""
+        oblivious = self._oblivious > 0
+        key = ("static", rel, oblivious)
         if key in self._simplified:
             return self._simplified[key]
         rel = Rel(rel.op, self.simplify(rel.expr))
@@ -130,21 +208,44 @@ class ShapeEnv:
             value = False
         else:
             value = decide(rel, self.range)
+            if value is None and oblivious and self.data_dependent(rel):
+                value = decide(rel, self._oblivious_range)
         self._simplified[key] = value
         return value
 
     def hint_value(self, expr: Expr):
         return expr.evaluate(self.hint)
 
+    def cost_hint(self, expr: Expr):
+        """A value of ``expr`` to price work and memory by (never a decision): the hints, a
+        data-dependent size counted at its bound (at most 4096), a read value as 1."""
+        def value(symbol):
+            info = self.symbols[symbol]
+            if not info.data_dependent:
+                return info.hint
+            return min(info.high, 4096) if info.is_size else 1
+        return expr.evaluate(value)
+
     def assume(self, rel: Rel, why: str) -> bool:
         """The truth of ``rel`` for the hints; recorded as a fact when not decided statically."""
         known = self.static_value(rel)
         if known is not None:
             return known
+        if self.data_dependent(rel):
+            self.refuse_data_dependent(rel, why)
         value = rel.evaluate(self.hint)
         fact = rel if value else rel.negate()
         self._record(Rel(fact.op, self.simplify(fact.expr)), why)
         return value
+
+    def assume_at_run_time(self, rel: Rel) -> None:
+        """``rel`` on data-dependent values, taken as known (it narrows their ranges) where
+        the op that needs it checks it again when it runs; no guard can check it."""
+        rel = Rel(rel.op, self.simplify(rel.expr))
+        self._simplified.clear()
+        self._known.add(rel)
+        self._narrow_range(rel)
+        logs.log("dynamic", f"assumed {rel} (checked by the op when it runs)")
 
     def specialize(self, expr: Expr, why: str):
         """``expr`` as a number: the hint, under the fact ``expr == hint``."""
@@ -152,6 +253,8 @@ class ShapeEnv:
         c = expr.constant()
         if c is not None:
             return c
+        if self.data_dependent(expr):
+            self.refuse_data_dependent(expr, why)
         value = self.hint_value(expr)
         self._record(Rel("==", expr - value), why)
         return value
@@ -220,6 +323,8 @@ class ShapeEnv:
         ``name_of(symbol)`` is the entry's expression for the symbol's value."""
         checks = []
         for symbol, info in self.symbols.items():
+            if info.data_dependent:   # computed by the graph, not read by the entry
+                continue
             name = name_of(symbol)
             kind = "float" if symbol.is_float else "int"
             # The first check of each symbol says what it is and why it is symbolic.
@@ -302,7 +407,7 @@ class SizeNode:
         return self._hint
 
     def has_hint(self):
-        return True
+        return self._hint is not None
 
     def is_int(self):
         return self.pytype is int
@@ -373,7 +478,8 @@ class SizeNode:
         if pytype is None:
             pytype = float if (self.pytype is float or (isinstance(other, SizeNode) and other.pytype is float)
                                or isinstance(other, float)) else int
-        return SizeNode(self.env, build(self.expr, o_expr), pytype, hint_fn(self._hint, o_hint))
+        hint = None if self._hint is None or o_hint is None else hint_fn(self._hint, o_hint)
+        return SizeNode(self.env, build(self.expr, o_expr), pytype, hint)
 
     def add(self, o):
         return self._arith(o, lambda a, b: a + b, lambda a, b: a + b)
@@ -400,9 +506,17 @@ class SizeNode:
 
     def pow(self, o):
         n = expr_of(o).constant()
-        if isinstance(n, int) and n >= 0:
+        if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
             return self._arith(o, lambda a, b: a.pow(n), lambda a, b: a ** b)
-        return self._const(self.guard_value() ** (o._hint if isinstance(o, SizeNode) else o))
+        # A symbolic or fractional exponent (``0.95 ** step``, ``step ** 0.5``): an opaque
+        # power. An int to an int power is an int when the exponent is not negative.
+        floats = self.pytype is float or isinstance(o, float) or (isinstance(o, SizeNode) and o.pytype is float)
+        pytype = float
+        if not floats:
+            exponent = expr_of(o)
+            if n is not None or self.env.assume(Rel("<=", -exponent), "an int power's exponent is not negative"):
+                pytype = int if (n is None or n >= 0) else float
+        return self._arith(o, lambda a, b: apply_fn("pow", a, b), lambda a, b: a ** b, pytype)
 
     pow_by_natural = pow
     float_pow = pow
@@ -435,7 +549,7 @@ class SizeNode:
         return self._bitwise(o, lambda a, b: a ^ b)
 
     def neg(self):
-        return SizeNode(self.env, -self.expr, self.pytype, -self._hint)
+        return SizeNode(self.env, -self.expr, self.pytype, None if self._hint is None else -self._hint)
 
     def pos(self):
         return self
@@ -458,26 +572,33 @@ class SizeNode:
         return total
 
     def sym_float(self):
-        return SizeNode(self.env, self.expr, float, float(self._hint))
+        return SizeNode(self.env, self.expr, float, None if self._hint is None else float(self._hint))
 
-    def sym_int(self):
-        return self._const(int(self.guard_value()))
-
-    def _rounding(fn):  # noqa: N805  (a decorator of this class's methods)
+    def _rounding(name):  # noqa: N805  (builds this class's floor, ceil, trunc)
         def method(self):
-            return self._const(fn(self.guard_value()))
+            if self.pytype is int:
+                return self
+            hint = None if self._hint is None else getattr(math, name)(self._hint)
+            return SizeNode(self.env, apply_fn(name, self.expr), int, hint)
         return method
 
-    floor = _rounding(math.floor)
-    ceil = _rounding(math.ceil)
-    trunc = _rounding(math.trunc)
-    round = _rounding(round)
+    floor = _rounding("floor")
+    ceil = _rounding("ceil")
+    trunc = _rounding("trunc")
+    sym_int = trunc   # int() of a float truncates
+
+    def round(self, ndigits=None):
+        value = builtins_round(self.guard_value()) if ndigits is None else builtins_round(self.guard_value(), ndigits)
+        return self._const(value)
 
     # ---- comparisons --------------------------------------------------------------
     def _compare(self, other, op):
         rel = Rel.compare(op, self.expr, expr_of(other))
-        return SizeNode(self.env, rel, bool, rel.evaluate(self.env.hint) if rel.symbols() else
-                        rel.evaluate(lambda s: 0))
+        if self.env.data_dependent(rel):
+            hint = None
+        else:
+            hint = rel.evaluate(self.env.hint) if rel.symbols() else rel.evaluate(lambda s: 0)
+        return SizeNode(self.env, rel, bool, hint)
 
     def eq(self, o):
         return self._compare(o, "==")
@@ -501,7 +622,10 @@ class SizeNode:
     def _bool_op(self, other, op):
         o_expr = other.expr if isinstance(other, SizeNode) else BoolConst(bool(other))
         o_hint = other._hint if isinstance(other, SizeNode) else bool(other)
-        hint = (self._hint and o_hint) if op == "and" else (self._hint or o_hint)
+        if self._hint is None or o_hint is None:
+            hint = None
+        else:
+            hint = (self._hint and o_hint) if op == "and" else (self._hint or o_hint)
         return SizeNode(self.env, BoolOp(op, (self.expr, o_expr)), bool, hint)
 
     def sym_and(self, o):
@@ -514,7 +638,7 @@ class SizeNode:
     or_ = sym_or
 
     def sym_not(self):
-        return SizeNode(self.env, BoolOp("not", (self.expr,)), bool, not self._hint)
+        return SizeNode(self.env, BoolOp("not", (self.expr,)), bool, None if self._hint is None else not self._hint)
 
     def sym_ite(self, then, otherwise):
         return then if self.guard_bool("", 0) else otherwise
@@ -525,7 +649,17 @@ class SizeNode:
         return guard_bool_expr(self.env, expr, f"a condition on sizes{_where(file, line)}")
 
     bool_ = guard_bool
-    expect_true = guard_bool
+    def expect_true(self, file="", line=0):
+        """A check torch's kernel makes again when it runs (``TORCH_SYM_CHECK``): on a
+        data-dependent value it is assumed, not guarded (the kernel raises as eager does)."""
+        if isinstance(self.expr, Rel) and self.env.data_dependent(self.expr):
+            known = self.env.static_value(self.expr)
+            if known is None:
+                self.env.assume_at_run_time(self.expr)
+                return True
+            return known
+        return self.guard_bool(file, line)
+
     guard_size_oblivious = guard_bool
     guard_or_false = guard_bool
     guard_or_true = guard_bool
@@ -548,7 +682,11 @@ class SizeNode:
     int_ = guard_int
 
     def expect_size(self, file="", line=0):
-        self.env.assume(Rel("<=", -self.expr), "a size is not negative")
+        rel = Rel("<=", -self.expr)
+        if self.env.data_dependent(rel) and self.env.static_value(rel) is None:
+            self.env.assume_at_run_time(rel)   # a value read back and used as a size
+        else:
+            self.env.assume(rel, "a size is not negative")
         return True
 
     def evaluate(self):
@@ -578,6 +716,19 @@ class SizeNode:
 
     def is_non_overlapping_and_dense_indicator(self, sizes, strides):
         return self._const(int(non_overlapping_and_dense(self.env, sizes, strides)))
+
+
+def _math_method(name):
+    """``SizeNode.sym_sqrt`` and the like: ``math.sqrt`` of a symbolic number stays symbolic."""
+    def method(self):
+        hint = None if self._hint is None else getattr(math, name)(self._hint)
+        return SizeNode(self.env, apply_fn(name, self.expr), float, hint)
+    method.__name__ = f"sym_{name}"
+    return method
+
+
+for _name in MATH_FUNCTIONS:
+    setattr(SizeNode, f"sym_{_name}", _math_method(_name))
 
 
 def _where(file, line) -> str:
@@ -612,6 +763,8 @@ def hint_bool(env: ShapeEnv, expr) -> bool:
     if isinstance(expr, BoolConst):
         return expr.value
     if isinstance(expr, Rel):
+        if env.data_dependent(expr):
+            env.refuse_data_dependent(expr, "a condition")
         return expr.evaluate(env.hint)
     values = [hint_bool(env, p) for p in expr.parts]
     return (not values[0]) if expr.op == "not" else all(values) if expr.op == "and" else any(values)
@@ -637,71 +790,3 @@ def guard_bool_expr(env: ShapeEnv, expr, why: str) -> bool:
             if settles:
                 break
     return value
-
-
-def _truth(env: ShapeEnv, a, op: str, b, why: str) -> bool:
-    return env.assume(Rel.compare(op, expr_of(a), expr_of(b)), why)
-
-
-def contiguous_in_order(env, sizes, strides, order) -> bool:
-    """Dense in ``order`` (innermost first), ignoring dims of size 1."""
-    why = "the tensor's layout"
-    if any(_truth(env, s, "==", 0, why) for s in sizes):
-        return True
-    expected = Expr.const(1)
-    for d in order:
-        if _truth(env, sizes[d], "==", 1, why):
-            continue
-        if not env.assume(Rel("==", expr_of(strides[d]) - expected), why):
-            return False
-        expected = expected * expr_of(sizes[d])
-    return True
-
-
-def channels_last_strides(env, sizes, strides, order) -> bool:
-    """Whether strides order the dims as channels-last does (torch's heuristic of the same name)."""
-    why = "the tensor's memory format"
-    if _truth(env, strides[1], "==", 0, why):
-        return False
-    low = Expr.const(0)
-    for d in order:
-        stride = expr_of(strides[d])
-        if env.assume(Rel("<", stride - low), why):
-            return False
-        if d == 0 and env.assume(Rel("==", low - expr_of(strides[1])), why):
-            return False
-        low = stride
-        if _truth(env, sizes[d], ">", 1, why):
-            low = low * expr_of(sizes[d])
-    return True
-
-
-def non_overlapping_and_dense(env, sizes, strides) -> bool:
-    why = "the tensor's layout"
-    n = len(sizes)
-    if n == 1:
-        return _truth(env, sizes[0], "<", 2, why) or _truth(env, strides[0], "==", 1, why)
-    order = list(range(n))
-    # Insertion sort by stride (size-1 dims last), each comparison a condition on sizes.
-    for i in range(1, n):
-        j = i
-        while j > 0 and _stride_before(env, sizes, strides, order[j], order[j - 1], why):
-            order[j], order[j - 1] = order[j - 1], order[j]
-            j -= 1
-    expected = Expr.const(1)
-    for d in order:
-        if _truth(env, sizes[d], "==", 1, why):
-            continue
-        if not env.assume(Rel("==", expr_of(strides[d]) - expected), why):
-            return False
-        expected = expected * expr_of(sizes[d])
-    return True
-
-
-def _stride_before(env, sizes, strides, a, b, why) -> bool:
-    a_one, b_one = _truth(env, sizes[a], "==", 1, why), _truth(env, sizes[b], "==", 1, why)
-    if a_one or b_one:
-        return b_one and not a_one
-    return _truth(env, strides[a], "<", strides[b], why)
-
-

@@ -48,15 +48,23 @@ class Fn:
         return (1, self.op, tuple(a.sort_key() for a in self.args))
 
     def render(self, names) -> str:
+        if self.op in UNARY_FUNCTIONS:
+            return f"math.{self.op}({self.args[0].render(names)})"
         a, b = (x.render(names) for x in self.args)
         if self.op in ("max", "min"):
             return f"{self.op}({a}, {b})"
         return f"({a} {_FN_SYMBOLS[self.op]} {b})"
 
 
-_FN_SYMBOLS = {"floordiv": "//", "mod": "%", "truediv": "/"}
-_FN_EVAL = {"floordiv": operator.floordiv, "mod": operator.mod, "truediv": operator.truediv,
-            "max": max, "min": min}
+_FN_SYMBOLS = {"floordiv": "//", "mod": "%", "truediv": "/", "pow": "**"}
+# Functions of one float that torch.SymFloat carries (torch._sym_sqrt, ...): a number
+# computed with them (``math.sqrt(lr)``) stays symbolic.
+MATH_FUNCTIONS = ("sqrt", "cos", "cosh", "sin", "sinh", "tan", "tanh", "asin", "acos", "atan", "log2")
+# Float -> int functions (``math.floor``, ``int()``'s truncation): a symbolic int.
+ROUNDING_FUNCTIONS = ("floor", "ceil", "trunc")
+UNARY_FUNCTIONS = MATH_FUNCTIONS + ROUNDING_FUNCTIONS
+_FN_EVAL = {"floordiv": operator.floordiv, "mod": operator.mod, "truediv": operator.truediv, "pow": operator.pow,
+            "max": max, "min": min, **{name: getattr(math, name) for name in UNARY_FUNCTIONS}}
 
 
 class Expr:
@@ -252,8 +260,12 @@ def substitute_atom(atom, mapping) -> Expr:
     return apply_fn(atom.op, *(a.substitute(mapping) for a in atom.args))
 
 
-def apply_fn(op: str, a: Expr, b: Expr) -> Expr:
-    """``op(a, b)`` in normal form: folded when both are numbers, simplified where exact."""
+def apply_fn(op: str, a: Expr, b: Expr | None = None) -> Expr:
+    """``op(a, b)`` (``op(a)`` for a math function) in normal form: folded when the
+    arguments are numbers, simplified where exact."""
+    if op in UNARY_FUNCTIONS:
+        c = a.constant()
+        return Expr.const(_FN_EVAL[op](c)) if c is not None else Expr.atom(Fn(op, (a,)))
     ca, cb = a.constant(), b.constant()
     if ca is not None and cb is not None:
         return Expr.const(_FN_EVAL[op](ca, cb))
@@ -268,6 +280,8 @@ def apply_fn(op: str, a: Expr, b: Expr) -> Expr:
             return Expr.const(0)
     elif op == "truediv" and cb is not None and cb != 0:
         return a * (1.0 / cb)
+    elif op == "pow" and cb == 1:
+        return a
     elif op in ("max", "min") and a == b:
         return a
     return Expr.atom(Fn(op, (a, b)))
@@ -367,6 +381,8 @@ def value_range(expr: Expr, ranges) -> tuple:
 def atom_range(atom, ranges) -> tuple:
     if isinstance(atom, Symbol):
         return ranges(atom)
+    if atom.op in UNARY_FUNCTIONS:
+        return (0, INF) if atom.op == "sqrt" else (-INF, INF)
     a, b = (value_range(x, ranges) for x in atom.args)
     if atom.op in ("max", "min"):
         f = max if atom.op == "max" else min

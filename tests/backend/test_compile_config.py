@@ -14,7 +14,8 @@ from surge.target import Target, cpp_target, triton_target
 from .helpers import aten_graph
 
 # Options that steer the frontend (capture, guards, recompiles), not the backend stages.
-FRONTEND_OPTIONS = {"backend", "fullgraph", "dynamic", "mode", "cache_size_limit", "frontend_cache"}
+FRONTEND_OPTIONS = {"backend", "fullgraph", "dynamic", "mode", "cache_size_limit", "frontend_cache",
+                    "capture_scalar_outputs", "capture_dynamic_output_shape_ops"}
 
 
 def _changed(value):

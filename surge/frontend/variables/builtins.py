@@ -25,6 +25,7 @@ from .containers import (
 )
 from .instance_checks import isinstance_of, issubclass_of
 from .iterators import EnumerateIterator, FilterIterator, MapIterator, ReversedIterator, ZipIterator, iterator_of
+from ..shape_env import is_symbolic
 from .tensor import TensorVariable, record_op
 
 BUILTIN_RULES: dict = {}
@@ -284,7 +285,20 @@ def _io(tx, *args, **kwargs):
 def _number_conversion(fn):
     def rule(tx, *args, **kwargs):
         if any(isinstance(a, TensorVariable) for a in args):
-            unsupported(f"{fn.__name__}() of a tensor reads its data into Python")
+            from .scalar_reads import captures_reads, read_scalar, why_reads_break
+
+            if len(args) == 1 and not kwargs and fn in (int, float) and captures_reads(tx):
+                read = read_scalar(tx, args[0], torch.int64 if fn is int else torch.float64)
+                if read is not None:
+                    return read
+            unsupported(f"{fn.__name__}() of a tensor reads its data into Python{why_reads_break(tx)}")
+        if len(args) == 1 and not kwargs and isinstance(args[0], ConstantVariable):
+            value = args[0].symbolic_value()
+            # int() of a symbolic int, float() of a symbolic number: still symbolic, no guard.
+            if isinstance(value, torch.SymInt) and is_symbolic(value) and fn in (int, float):
+                return ConstantVariable(value if fn is int else torch.sym_float(value))
+            if isinstance(value, torch.SymFloat) and is_symbolic(value):
+                return ConstantVariable(value if fn is float else math.trunc(value))  # int() truncates
         if not args and not kwargs:
             return ConstantVariable(fn())
         return ConstantVariable(fold(fn, args, kwargs))
@@ -366,6 +380,9 @@ def _extreme(fn, op):
                 unsupported(f"{fn.__name__}() of an empty sequence")
             return default
         if all(i.is_constant() for i in items):
+            symbolic = _symbolic_extreme(fn, items)
+            if symbolic is not None:
+                return symbolic
             return ConstantVariable(fn(i.as_constant() for i in items))
         if any(isinstance(i, TensorVariable) for i in items):
             return _extreme_of_tensors(tx, fn, op, items)
@@ -375,6 +392,23 @@ def _extreme(fn, op):
                 best = item
         return best
     return rule
+
+
+def _symbolic_extreme(fn, items: list):
+    """``min(step, 4)`` of symbolic numbers of one kind (all ints or all floats): a symbolic
+    min/max, not a guard on which is smaller (which would recompile for each value)."""
+    values = [i.symbolic_value() if isinstance(i, ConstantVariable) else None for i in items]
+    if not any(is_symbolic(v) for v in values):
+        return None
+    kinds = {int if isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool) else
+             float if isinstance(v, (float, torch.SymFloat)) else None for v in values}
+    if len(kinds) != 1 or None in kinds:
+        return None
+    combine = torch.sym_min if fn is min else torch.sym_max
+    best = values[0]
+    for v in values[1:]:
+        best = combine(best, v)
+    return ConstantVariable(best)
 
 
 def _extreme_of_tensors(tx, fn, op, items: list):
@@ -577,10 +611,18 @@ def _super(tx, *args):
 # ---- math and operator: pure functions of numbers --------------------------------
 
 
+# math.floor(v) of a symbolic v calls its __floor__: a symbolic int (shape_env.py).
+_ROUNDING = {math.floor: math.floor, math.ceil: math.ceil, math.trunc: math.trunc}
+
+
 def _pure_math(fn):
     def rule(tx, *args, **kwargs):
         if any(isinstance(a, TensorVariable) for a in args):
             unsupported(f"math.{fn.__name__}() of a tensor reads its data into Python")
+        symbolic_form = getattr(torch, f"_sym_{fn.__name__}", None) or _ROUNDING.get(fn)
+        if symbolic_form is not None and len(args) == 1 and not kwargs and isinstance(args[0], ConstantVariable) \
+                and is_symbolic(args[0].symbolic_value()):
+            return ConstantVariable(symbolic_form(args[0].symbolic_value()))  # stays symbolic, no guard
         return ConstantVariable(fold(fn, args, kwargs))
     return rule
 

@@ -21,6 +21,7 @@ from ..symbolic_meta import symbolic_meta
 from .autocast import run_under_autocast
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .constant import ConstantVariable, is_constant_value, is_numpy_scalar
+from .data_dependent_ops import bind_sizes, data_dependent_result, dynamic_output_rule
 from . import torch_function
 from .tensor_subclasses import PLAIN_TENSOR_CLASSES, as_subclass_method, subclass_getattr, subclass_setattr
 
@@ -105,7 +106,13 @@ def call_tensor_method(tx, tensor: TensorVariable, name: str, args: list, kwargs
     if overridden is not None:
         return overridden
     if name in DATA_DEPENDENT_METHODS:
-        unsupported(f"Tensor.{name}() reads tensor data into Python")
+        from .scalar_reads import captures_reads, read_scalar_method, why_reads_break
+
+        read = read_scalar_method(tx, tensor, name) if captures_reads(tx) else None
+        if read is not None:
+            return read
+        why = why_reads_break(tx) if name in ("item", "tolist", "__int__", "__float__") else ""
+        unsupported(f"Tensor.{name}() reads tensor data into Python{why}")
     rule = TENSOR_METHODS.get(name)
     if rule is not None:
         return rule(tx, tensor, args, kwargs)
@@ -175,9 +182,11 @@ def record_plain_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable
     meta_args, meta_kwargs, explicit_device = meta_utils.strip_devices(
         target, tuple(meta_args), meta_kwargs, kind == "call_method"
     )
-    if tx.dynamic.active:
-        with symbolic_meta():
-            result = _run(tx, kind, target, meta_args, meta_kwargs, devices)
+    data_dependent = dynamic_output_rule(kind, target, meta_args, meta_kwargs)
+    if data_dependent is not None:
+        result = data_dependent_result(tx, data_dependent, lambda build: _symbolic(tx, build))
+    elif tx.dynamic.symbolic_meta_needed:
+        result = _symbolic(tx, lambda: _run(tx, kind, target, meta_args, meta_kwargs, devices))
     else:
         result = _run(tx, kind, target, meta_args, meta_kwargs, devices)
     if not devices and not isinstance(result, (torch.Tensor, tuple, list)) and is_constant_value(result):
@@ -188,6 +197,8 @@ def record_plain_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable
     if result is None and target in RESULTLESS_OPS:
         return ConstantVariable(None)
     wrapped = wrap_result(tx, node, result, device)
+    if data_dependent is not None:
+        bind_sizes(tx, wrapped)
     if isinstance(wrapped, TensorVariable) and args and isinstance(args[0], TensorVariable) \
             and result is meta_args[0] and args[0].cls is not torch.Tensor:
         # An in-place method returns its tensor itself: the same object (of its class, with
@@ -196,11 +207,19 @@ def record_plain_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable
     return wrapped
 
 
+def _symbolic(tx, run):
+    """``run()`` for a capture with symbols: torch's Python meta kernels, and what they decide
+    on data-dependent sizes taken size-obliviously (shape_env.py)."""
+    with symbolic_meta(), tx.dynamic.env.size_oblivious():
+        return run()
+
+
 def meta_number(value):
     """A symbolic float runs meta kernels as its hint (no meta result depends on a float's
     value); symbolic ints stay symbolic (they may be sizes)."""
     if isinstance(value, torch.SymFloat):
-        return hint_of(value)
+        hint = hint_of(value)
+        return 1.0 if hint is None else hint  # a value read from a tensor: any float will do
     if isinstance(value, torch.SymBool):
         return value.node.guard_bool()
     if isinstance(value, (tuple, list)) and any(isinstance(v, torch.SymFloat) for v in value):
