@@ -33,6 +33,11 @@ class InternalError(SurgeError):
     """A bug in surge, with the user's location attached for the report."""
 
 
+class NeedsStaticSizes(SurgeError):
+    """A graph with symbolic sizes has an op whose lowering needs static sizes: the
+    backend compiles that graph per concrete sizes instead (``backends/specialize.py``)."""
+
+
 class SizeGuardFailed(SurgeError):
     """A call's sizes break a guard that a graph compiled for symbolic sizes relies on
     (``surge.lowering.size_vars``): the graph must be compiled again for them."""

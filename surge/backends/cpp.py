@@ -24,7 +24,7 @@ from ..target import Target, cpp_target
 from . import pipeline
 from .executable import Executable
 from .graph_cache import CacheSpec
-from .specialize import SpecializedPerSizes, has_symbolic_inputs
+from .specialize import compile_symbolic, has_symbolic_inputs
 
 
 class CompilerUnavailable(SurgeError):
@@ -104,8 +104,13 @@ _WARNED: set = set()
 
 def cpp_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Options | None = None):
     """torch.compile backend protocol: ``cpp_backend(gm, example_inputs) -> callable``."""
-    if has_symbolic_inputs(gm, example_inputs):   # sizes as inputs: compiled per concrete sizes
-        return SpecializedPerSizes(gm, functools.partial(cpp_backend, options=options))
+    if has_symbolic_inputs(gm, example_inputs):   # one graph for every size (or per sizes)
+        return compile_symbolic(gm, example_inputs, functools.partial(_compile, options=options),
+                                functools.partial(cpp_backend, options=options))
+    return _compile(gm, example_inputs, options=options)
+
+
+def _compile(gm: torch.fx.GraphModule, example_inputs: list, *, options: Options | None = None):
     from ..aot import aot_compile
     from ..aot.backend import aot_eager_backend
 
@@ -137,6 +142,6 @@ def cpp_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Opti
                        cache=cache, device_layouts=True)
 
 
-# Lowering takes static sizes only until SizeVars carries symbolic ones: the frontend
-# compiles graphs for this backend static (frontend/dynamic_dims.py).
-cpp_backend.accepts_symbolic_sizes = False
+# Lowering takes symbolic sizes (SizeVars): the frontend hands graphs with symbolic
+# sizes to this backend (frontend/dynamic_dims.py).
+cpp_backend.accepts_symbolic_sizes = True

@@ -34,5 +34,5 @@ def _before_capture(args: tuple) -> None:
 
 
 default_backend.before_capture = _before_capture
-# Follows the kernel backends it picks (frontend/dynamic_dims.py).
-default_backend.accepts_symbolic_sizes = False
+# As the kernel backends it picks (frontend/dynamic_dims.py).
+default_backend.accepts_symbolic_sizes = True

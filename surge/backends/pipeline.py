@@ -74,10 +74,26 @@ def constants_of(gm: torch.fx.GraphModule) -> list:
 def code_key(gm: torch.fx.GraphModule, example_inputs, target: Target, config: CompileConfig,
              prefix: str = "") -> str:
     """The code-cache key of one graph's module."""
+    from ..lowering.lower import graph_device
     from ..runtime import code_cache
 
-    return code_cache.graph_key(gm, example_inputs, constants_of(gm),
-                                (config.cache_key(target), prefix, gm.meta.get(TRACED_LAYOUT_OUTPUTS_FROM)))
+    return code_cache.graph_key(gm, key_inputs(gm, example_inputs), constants_of(gm),
+                                (config.cache_key(target), prefix, gm.meta.get(TRACED_LAYOUT_OUTPUTS_FROM),
+                                 str(graph_device(example_inputs))))
+
+
+def key_inputs(gm: torch.fx.GraphModule, example_inputs) -> list:
+    """The inputs as the code key describes them: by their traced symbolic form where the
+    graph's sizes are symbolic (the examples are one call's concrete inputs), so a graph
+    traced at other sizes, in this process or another, finds the same module."""
+    from ..lowering.size_vars import has_symbolic_layout, symbolic_form
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    out = []
+    for node, x in zip(placeholders, example_inputs):
+        traced = node.meta.get("val")
+        out.append(traced if isinstance(x, torch.Tensor) and has_symbolic_layout(traced) else symbolic_form(node, x))
+    return out
 
 
 def compile(gm: torch.fx.GraphModule, example_inputs, target: Target, config: CompileConfig):
@@ -88,15 +104,34 @@ def compile(gm: torch.fx.GraphModule, example_inputs, target: Target, config: Co
 
 def compile_graphs(graphs: list, target: Target, config: CompileConfig) -> list:
     """Several ``(aten_gm, example_inputs)`` for one target, built together (C++: one
-    library, one compiler run)."""
+    library, one compiler run). A graph with symbolic sizes whose code relies on guards
+    comes back as ``SizeVariants`` (variants compiled for sizes that break them)."""
     with phase_timer.compile(f"{target.name}_graph", progress=config.progress):  # called alone: a record of its own
-        return _compile_graphs(graphs, target, config)
+        results = _compile_graphs(graphs, target, config)
+    return [_with_variants(gm, r, target, config) for (gm, _), r in zip(graphs, results)]
 
 
-def _compile_graphs(graphs: list, target: Target, config: CompileConfig) -> list:
+def _with_variants(gm, result, target: Target, config: CompileConfig):
+    from .size_variants import SizeVariants, has_symbolic_sizes
+
+    if not isinstance(result, Executable) or "SizeGuardFailed" not in result.source or not has_symbolic_sizes(gm):
+        return result   # static, or valid for every size in range: nothing to recompile
+
+    def compile_variant(gm, inputs, number):
+        with phase_timer.compile(f"{target.name}_graph", progress=config.progress):
+            return _compile_graphs([(gm, inputs)], target, config, variant=(number, _sizes_of(inputs)))[0]
+    return SizeVariants(gm, result, compile_variant, config)
+
+
+def _sizes_of(inputs) -> tuple:
+    return tuple(tuple(x.shape) if isinstance(x, torch.Tensor) else x for x in inputs)
+
+
+def _compile_graphs(graphs: list, target: Target, config: CompileConfig, variant=None) -> list:
     start = time.perf_counter()
     writers = _WRITERS[target.name]
-    generated = [_generated_module(gm, inputs, target, config, writers, f"g{k}_" if len(graphs) > 1 else "")
+    generated = [_generated_module(gm, inputs, target, config, writers, f"g{k}_" if len(graphs) > 1 else "",
+                                   variant)
                  for k, (gm, inputs) in enumerate(graphs)]
     modules = [g for g in generated if isinstance(g, GeneratedModule)]
     try:
@@ -125,13 +160,15 @@ def _compile_graphs(graphs: list, target: Target, config: CompileConfig) -> list
 
 
 def _generated_module(gm, example_inputs, target: Target, config: CompileConfig, writers: TargetWriters,
-                      prefix: str):
+                      prefix: str, variant=None):
     """The graph's module text: from the code cache, or lowered, scheduled and generated;
-    the graph's own ``forward`` when that failed (and failures are not raised)."""
+    the graph's own ``forward`` when that failed (and failures are not raised).
+    ``variant``: (number, the sizes it is compiled for) of a symbolic graph's later
+    variant, whose guards are chosen from those sizes (part of its key)."""
     from ..runtime import code_cache
 
     constants = constants_of(gm)
-    key = code_key(gm, example_inputs, target, config, prefix)
+    key = code_key(gm, example_inputs, target, config, prefix if variant is None else (prefix, variant))
     stored = code_cache.read_module(config.cache_dir, writers.module_folder, key)
     if stored is not None:
         path, source = stored
@@ -141,6 +178,7 @@ def _generated_module(gm, example_inputs, target: Target, config: CompileConfig,
             schedule = _schedule(gm, example_inputs, target, config)
             source = writers.generate(schedule, target, config, prefix)
         except Exception as error:
+            _needs_static_sizes(gm, error)
             return _failed(error, gm, target, config, "lowering and codegen")
         path = code_cache.write_module(config.cache_dir, writers.module_folder, key, source)
         hit = False
@@ -172,6 +210,17 @@ def _schedule(gm, example_inputs, target: Target, config: CompileConfig):
         schedule = refined
     write_current(config, "schedule.txt", schedule.__str__)
     return schedule
+
+
+def _needs_static_sizes(gm, error: Exception) -> None:
+    """A graph with symbolic sizes that could not be lowered is compiled per sizes by the
+    backend (``NeedsStaticSizes``), rather than run unfused: most such failures are an op
+    whose lowering reads a size as a number."""
+    from ..errors import NeedsStaticSizes
+    from .size_variants import has_symbolic_sizes
+
+    if has_symbolic_sizes(gm):
+        raise NeedsStaticSizes(f"{type(error).__name__}: {error}") from error
 
 
 def _failed(error: Exception, gm, target: Target, config: CompileConfig, what: str):

@@ -1,14 +1,16 @@
-"""Graphs with symbolic sizes for backends that take static sizes only.
+"""Which form a graph with symbolic sizes is compiled in by a kernel backend.
 
-Dynamo (``torch.compile(f, backend=surge.backend)``) hands a backend graphs whose
-sizes are symbolic once a size changed: SymInt placeholders and fake tensors
-with symbolic shapes, of Dynamo's own shape environment. Until lowering takes
-symbolic sizes (``accepts_symbolic_sizes`` on the kernel backends), such a graph
-is compiled per set of concrete sizes, at its first call with them: the number
-placeholders become constants of a copy of the graph, which the backend compiles
-for the call's real tensors. Calls are keyed by every tensor's shape, stride,
-dtype and device and by the numbers, so a compiled graph only ever runs on the
-inputs it was compiled for.
+A graph whose sizes are symbolic (SymInt placeholders, tensors with symbolic shapes:
+from surge's frontend, or Dynamo's under ``torch.compile(f, backend=surge.backend)``)
+is compiled once for every size (``compile_symbolic``): surge's own symbols go straight
+to aot and lowering, Dynamo's are rebuilt on surge's shape environment first
+(``foreign_sizes.py``). Where that cannot be done, the graph is compiled per set of
+concrete sizes, at its first call with them (``SpecializedPerSizes``), with one line
+under ``SURGE_LOGS=dynamic`` saying why: an op whose lowering needs static sizes
+(``NeedsStaticSizes``), or Dynamo sizes surge has no form for. Such a copy of the graph
+has the number placeholders as constants and its tensor placeholders' traced values
+made concrete; calls are keyed by every tensor's shape, stride, dtype and device and by
+the numbers, so a compiled graph only ever runs on the inputs it was compiled for.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import torch
 import torch.fx
 
 from .. import logs
+from ..counters import counters
 
 
 def has_symbolic_inputs(gm: torch.fx.GraphModule, example_inputs) -> bool:
@@ -29,6 +32,22 @@ def has_symbolic_inputs(gm: torch.fx.GraphModule, example_inputs) -> bool:
         if isinstance(value, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in value.shape):
             return True
     return False
+
+
+def compile_symbolic(gm: torch.fx.GraphModule, example_inputs, compile_graph, compile_static):
+    """``gm`` compiled for symbolic sizes by ``compile_graph(gm, inputs)``, or per sizes by
+    ``compile_static`` where it cannot be."""
+    from ..errors import NeedsStaticSizes
+    from .foreign_sizes import ForeignSizes, NotImportable, has_foreign_sizes
+
+    try:
+        if has_foreign_sizes(gm, example_inputs):
+            return ForeignSizes(gm, example_inputs, compile_graph)
+        return compile_graph(gm, example_inputs)
+    except (NeedsStaticSizes, NotImportable) as why:
+        logs.log("dynamic", f"the graph is compiled per concrete sizes: {why}")
+        counters["static_fallbacks"] += 1
+        return SpecializedPerSizes(gm, compile_static)
 
 
 class SpecializedPerSizes:
@@ -60,8 +79,11 @@ class SpecializedPerSizes:
         out = graph.graph_copy(self.gm.graph, values)
         graph.output(out)
         static = torch.fx.GraphModule(self.gm, graph)
-        logs.log("dynamic", f"a graph with symbolic sizes compiled for the sizes {_describe(args)} "
-                            "(the backend takes static sizes only)")
+        for node, i in zip((n for n in graph.nodes if n.op == "placeholder"), tensor_positions):
+            real = args[i]   # the traced value of this call's tensor: no symbolic sizes left
+            node.meta["val"] = torch.empty_strided(real.shape, real.stride(), dtype=real.dtype, device="meta")
+            node.meta["device"] = real.device
+        logs.log("dynamic", f"a graph with symbolic sizes compiled for the sizes {_describe(args)}")
         return self.compile_static(static, [args[i] for i in tensor_positions]), tensor_positions
 
 

@@ -20,7 +20,7 @@ from ..target import Target, triton_target
 from . import cudagraphs, pipeline
 from .executable import Executable
 from .graph_cache import CacheSpec
-from .specialize import SpecializedPerSizes, has_symbolic_inputs
+from .specialize import compile_symbolic, has_symbolic_inputs
 
 
 def _generate(schedule, target: Target, config: CompileConfig, prefix: str) -> str:
@@ -114,8 +114,13 @@ def compile_aten_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: O
 
 def triton_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: Options | None = None):
     """torch.compile backend protocol: ``triton_backend(gm, example_inputs) -> callable``."""
-    if has_symbolic_inputs(gm, example_inputs):   # sizes as inputs: compiled per concrete sizes
-        return SpecializedPerSizes(gm, functools.partial(triton_backend, options=options))
+    if has_symbolic_inputs(gm, example_inputs):   # one graph for every size (or per sizes)
+        return compile_symbolic(gm, example_inputs, functools.partial(_compile, options=options),
+                                functools.partial(triton_backend, options=options))
+    return _compile(gm, example_inputs, options=options)
+
+
+def _compile(gm: torch.fx.GraphModule, example_inputs: list, *, options: Options | None = None):
     from ..aot import aot_compile
     from ..lowering.lower import graph_device
 
@@ -184,6 +189,6 @@ def _uses_cuda(args: tuple) -> bool:
 triton_backend.before_capture = start_compile_workers_early
 
 
-# Lowering takes static sizes only until SizeVars carries symbolic ones: the frontend
-# compiles graphs for this backend static (frontend/dynamic_dims.py).
-triton_backend.accepts_symbolic_sizes = False
+# Lowering takes symbolic sizes (SizeVars): the frontend hands graphs with symbolic
+# sizes to this backend (frontend/dynamic_dims.py).
+triton_backend.accepts_symbolic_sizes = True

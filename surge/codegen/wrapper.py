@@ -170,8 +170,8 @@ class WrapperWriter:
         body = []
         if g.inputs or g.size_inputs:
             body.append(f"{', '.join(argument_names(g))}, = args")
+        body.extend(size_bindings(g))   # before the list is emptied: a broken guard leaves it whole
         body.append("args.clear()   # each input lives until its last use (below), not the whole call")
-        body.extend(size_bindings(g))
         arena_steps = self.arena.steps if self.arena.slots else (None, None)
         reused = {src for sm in self.schedule.memory.steps for _, src in sm.allocate if src}
         for k, (step, sm) in enumerate(zip(self.schedule.steps, self.schedule.memory.steps)):

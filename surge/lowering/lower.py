@@ -27,7 +27,7 @@ from .ir import (
 from .pipeline import LOOP_IR
 from .reductions import reduction_kind
 from .registry import NotLowered, lowering_for
-from .size_vars import SizeVars
+from .size_vars import SizeVars, has_symbolic_layout, symbolic_form
 from .sizes import FloorDiv, Mod, index_symbol
 from .split_reduction import SPLIT_REDUCTION_MIN_ELEMENTS, split_reduction
 from .tensor import LazyTensor
@@ -353,14 +353,21 @@ class Lowering:
         self.node = None
 
     def lower_input(self, node, example):
+        example = symbolic_form(node, example)
         if not isinstance(example, torch.Tensor):
             if _is_symbolic_int(example):   # a SymInt placeholder: its value is a size of the call
                 expr = self.sizes.expr(example)
+                self.sizes.set_hint(expr, self.example_inputs[self._placeholders])
                 self.size_inputs.append(SizeInput(f"size{len(self.size_inputs)}", expr, self._placeholders))
                 return expr
             raise LoweringError(f"non-tensor graph input {node.name}={example!r} (only tensors and "
                                 "symbolic sizes are graph inputs)")
-        layout = Layout(self.sizes.shape(example.shape), self.sizes.shape(example.stride()))
+        traced = node.meta.get("val") if node.op == "placeholder" else None
+        shaped = traced if has_symbolic_layout(traced) else example   # symbolic sizes, if any
+        layout = Layout(self.sizes.shape(shaped.shape), self.sizes.shape(shaped.stride()))
+        if shaped is not example:   # the call's sizes are the symbols' hints
+            for expr, size in zip(layout.shape, example.shape):
+                self.sizes.set_hint(expr, size)
         buf = InputBuffer(f"arg{len(self.inputs)}", layout, example.dtype, example.device,
                           position=self._placeholders)
         self.inputs.append(buf)

@@ -24,10 +24,14 @@ No other module calls ``int()`` on a size.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import sympy
+import torch
 
 from ..errors import SizeGuardFailed
+from ..frontend.shape_env import SizeNode
+from ..frontend.symbolic import Symbol as FrontendSymbol
 from .sizes import FloorDiv, Mod
 
 # 0 and 1 are specialized (a size-1 dim broadcasts): a symbol is at least this.
@@ -53,6 +57,28 @@ class Guard:
             op = "==" if self.kind == "divisible" else "!="
             return f"{self.expr} % {self.divisor} {op} 0"
         return f"{self.expr} {dict(eq='==', ne='!=', ge='>=', lt='<')[self.kind]} 0"
+
+
+def is_symbolic_size(value) -> bool:
+    """A SymInt (of the frontend's or torch's shape environment) rather than a number."""
+    return not isinstance(value, (int, bool)) and getattr(getattr(value, "node", None), "expr", None) is not None
+
+
+def has_symbolic_layout(value) -> bool:
+    """A traced tensor (a meta value) whose sizes or strides are symbolic."""
+    return isinstance(value, torch.Tensor) and any(is_symbolic_size(v) for v in (*value.shape, *value.stride()))
+
+
+def symbolic_form(node, example):
+    """What the compiler reads of a graph input's sizes: a SymInt placeholder's traced
+    SymInt where the call handed its value (the frontend and aot pass the call's real
+    inputs as examples, the symbols live on the graph's placeholders), else ``example``.
+    A tensor example keeps its dtype and device; ``has_symbolic_layout`` of the node's
+    traced value says whether its sizes are to be read there instead."""
+    traced = node.meta.get("val") if node.op == "placeholder" else None
+    if isinstance(example, int) and not isinstance(example, bool) and is_symbolic_size(traced):
+        return traced
+    return example
 
 
 def static_int(expr) -> int | None:
@@ -96,7 +122,8 @@ class SizeVars:
         self.lower: dict = {}       # symbol -> smallest value
         self.upper: dict = {}       # symbol -> largest value (absent: unbounded)
         self.guards: list = []      # Guard, in the order recorded
-        self._imported: dict = {}   # a foreign (torch's) symbol -> ours
+        self._imported: dict = {}   # a foreign (torch's or the frontend's) symbol -> ours
+        self._keep_alive: list = []  # the frontend shape environments whose symbols were imported
 
     # -- symbols ---------------------------------------------------------------------
     @property
@@ -112,6 +139,13 @@ class SizeVars:
             self.upper[symbol] = upper
         return symbol
 
+    def set_hint(self, expr, value) -> None:
+        """The example value of a size that is one symbol, from a concrete input of the call
+        being compiled (it overrides the shape environment's example: a graph compiled again
+        for a call whose sizes broke a guard decides from that call's sizes)."""
+        if isinstance(expr, sympy.Symbol) and expr in self.hints and isinstance(value, int):
+            self.hints[expr] = value
+
     def expr(self, value) -> sympy.Expr:
         """A size as our expression: an int, one of our expressions, or a SymInt-like value
         (``value.node.expr`` over its shape environment's symbols, whose hints and ranges
@@ -123,6 +157,8 @@ class SizeVars:
         if isinstance(value, int):
             return sympy.Integer(value)
         node = getattr(value, "node", None)
+        if isinstance(node, SizeNode):   # the frontend's own shape environment
+            return self._import_frontend(node)
         foreign = getattr(node, "expr", None)
         if foreign is None:
             if hasattr(value, "__index__"):
@@ -142,6 +178,49 @@ class SizeVars:
                 self._imported[s] = self.new_symbol(hint, lower, upper)
             mapping[s] = self._imported[s]
         return _translate(foreign, mapping)
+
+    def _import_frontend(self, node) -> sympy.Expr:
+        """A frontend expression (``frontend/symbolic.py``'s normal form, after the facts
+        its shape environment recorded) over our symbols: each frontend symbol becomes one
+        of ours with its hint and range."""
+        if node.pytype is not int:
+            raise TypeError(f"a {node.pytype.__name__} is not a size: {node.expr!r}")
+        env = node.env
+        return self._frontend_expr(env.simplify(node.expr), env)
+
+    def _frontend_expr(self, expr, env) -> sympy.Expr:
+        total = sympy.Integer(0)
+        for mono, coeff in expr.terms:
+            if not isinstance(coeff, int):
+                raise TypeError(f"the size {expr!r} has a non-integer coefficient")
+            term = sympy.Integer(coeff)
+            for atom, power in mono:
+                term = term * self._frontend_atom(atom, env) ** power
+            total = total + term
+        return total
+
+    def _frontend_atom(self, atom, env) -> sympy.Expr:
+        if isinstance(atom, FrontendSymbol):
+            key = (id(env), atom)
+            found = self._imported.get(key)
+            if found is None:
+                if atom.is_float:
+                    raise TypeError(f"the float {atom.name} is not a size")
+                low, high = env.range(atom)
+                # a number's range may be unbounded below: a bound far below every size
+                lower = int(low) if math.isfinite(low) else -(2 ** 62)
+                upper = int(high) if math.isfinite(high) else None
+                found = self._imported[key] = self.new_symbol(env.hint(atom), lower, upper)
+                self._keep_alive.append(env)   # the id in the key stays this env's
+            return found
+        a, b = (self._frontend_expr(x, env) for x in atom.args)
+        if atom.op == "floordiv":
+            return FloorDiv(a, b)
+        if atom.op == "mod":
+            return Mod(a, b)
+        if atom.op in ("max", "min"):
+            return (sympy.Max if atom.op == "max" else sympy.Min)(a, b)
+        raise TypeError(f"the size function {atom.op} has no integer form")
 
     # -- numbers -----------------------------------------------------------------------
     def static(self, expr) -> int | None:

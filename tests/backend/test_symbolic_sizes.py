@@ -230,8 +230,32 @@ def test_a_decision_that_needs_a_number_is_guarded(target):
     assert [str(g) for g in graph.sizes.guards] == ["s1 - 4 >= 0"]
     compiled = _compile(target, gm, examples)
     run_at_sizes(fn, compiled, make_inputs, [(3, 4), (7, 9), (2, 5)])
+    # the host code refuses such sizes (the driver's ``SizeVariants`` catches that; here the
+    # traced graph itself assumed 4 <= m, so no call with a narrower input reaches it)
     with pytest.raises(SizeGuardFailed):
-        compiled(*make_inputs(3, 3))
+        compiled.variants[0](*make_inputs(3, 3))
+
+
+def test_a_broken_guard_compiles_a_variant(monkeypatch, tmp_path):
+    """A persistent Triton reduction guards its row's length (one Triton block, made tiny
+    here): a longer row gets a variant compiled for it (looped), logged, never an error;
+    later calls run the first variant whose guards hold."""
+    import surge.codegen.triton.kernel as triton_kernel
+
+    monkeypatch.setattr(triton_kernel, "TRITON_MAX_BLOCK", 16)
+    fn, make_inputs, dynamic = TWO["softmax"]
+    make_inputs = on_device("triton", make_inputs)
+    gm, examples = symbolic_graph(fn, make_inputs(6, 8), dynamic)
+    # a code cache of its own: the patched limit is no part of the generated modules' key
+    compiled = compile_aten_graph(gm, examples, _options().replace(cache_dir=str(tmp_path)))
+    assert "if not ((16 - s1) >= 0):" in compiled.source
+    run_at_sizes(fn, compiled, make_inputs, [(3, 7), (9, 16)])
+    variants = counters["size_variants"]
+    for size in [(3, 20), (5, 33), (2, 9), (4, 17)]:
+        inputs = make_inputs(*size)
+        assert_outputs_match(compiled(*inputs), fn(*inputs))
+    assert counters["size_variants"] == variants + 1 and len(compiled.variants) == 2
+    assert "(16 - s1) < 0" in compiled.variants[1].source   # chosen from the failing call's sizes
 
 
 def test_schedule_fuses_symbolic_groups():

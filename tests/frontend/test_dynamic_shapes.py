@@ -2,8 +2,8 @@
 
 Each program runs over varying sizes against eager on fresh inputs, and counts graphs
 and recompiles: one static graph, then one dynamic graph for every later size (as
-torch.compile does), with the backends that take symbolic sizes (eager, aot_eager);
-the kernel backends get static graphs per size until lowering takes symbolic ones.
+torch.compile does), with the eager and aot_eager backends; the kernel backends take
+the same graphs (tests/backend/test_dynamic_kernels.py).
 """
 import pytest
 import torch
@@ -209,17 +209,17 @@ def test_training_with_a_varying_batch_gradients_equal():
     assert _graphs_and_recompiles() == (2, 1)
 
 
-def test_kernel_backend_compiles_static_per_size(capsys, monkeypatch):
-    """Until lowering takes symbolic sizes, the cpp backend says so and gets static graphs:
-    today's behaviour, announced under SURGE_LOGS=dynamic, never a silent eager run."""
+def test_kernel_backend_compiles_one_dynamic_graph(capsys, monkeypatch):
+    """The cpp backend takes symbolic sizes: a static graph, then one for every size."""
     monkeypatch.setenv("SURGE_LOGS", "dynamic")
     compiled = _compile(lambda x: x * 2 + 1, "cpp")
-    for b in (2, 3, 4):
+    for b in (2, 3, 4, 5):
         x = torch.randn(b)
         _close(compiled(x), x * 2 + 1)
-    assert _graphs_and_recompiles() == (3, 2)
+    assert _graphs_and_recompiles() == (2, 1)
     assert surge.counters["fallbacks"] == 0
-    assert "cannot take symbolic sizes" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "becomes symbolic" in err and "compiled per concrete sizes" not in err
 
 
 def test_graph_inputs_are_symint_placeholders_as_dynamo_hands_them():
@@ -294,7 +294,7 @@ def test_explain_says_which_dimension_is_symbolic_and_why():
 
 def test_torch_compile_with_surge_backend_survives_symbolic_sizes():
     """Dynamo hands symbolic sizes on the second shape: surge's kernel backend compiles
-    such a graph per concrete sizes (it takes static ones only), never crashing."""
+    one graph for them (its symbols rebuilt on surge's shape environment)."""
     def f(x):
         return torch.relu(x) * 2 + x.shape[0]
 

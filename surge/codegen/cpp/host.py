@@ -85,8 +85,8 @@ class HostWriter:
         lines = []
         if g.inputs or g.size_inputs:
             lines.append(f"{', '.join(argument_names(g))}, = args")
+        lines.extend(size_bindings(g))   # before the list is emptied: a broken guard leaves it whole
         lines.append("args.clear()   # each input lives until its last use (below), not the whole call")
-        lines.extend(size_bindings(g))
         arena_steps = self.arena.steps if self.arena.slots else (None, None)
         k = 0
         while k < len(steps):
