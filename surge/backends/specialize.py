@@ -94,4 +94,9 @@ def _key(value):
 
 
 def _describe(args) -> str:
-    return ", ".join(str(list(a.shape)) if isinstance(a, torch.Tensor) else repr(a) for a in args)
+    """The sizes a call has: its numbers, else its first tensors' shapes."""
+    numbers = [repr(a) for a in args if not isinstance(a, torch.Tensor)]
+    if numbers:
+        return ", ".join(numbers)
+    shapes = [str(list(a.shape)) for a in args if isinstance(a, torch.Tensor)]
+    return ", ".join(shapes[:3]) + (", ..." if len(shapes) > 3 else "")

@@ -129,6 +129,13 @@ class Expr:
     def symbols(self) -> set:
         return {a for a in self.atoms() if isinstance(a, Symbol)}
 
+    @property
+    def free_symbols(self) -> set:
+        """The symbols as sympy names, for torch's helpers that read ``node.expr.free_symbols``
+        (``free_unbacked_symbols`` in meta kernels, which tells symbols apart by name).
+        Only ever asked after torch imported sympy itself."""
+        return _sympy_names(self.symbols())
+
     def sort_key(self):
         return tuple((_mono_key(m), c) for m, c in self.terms)
 
@@ -227,6 +234,12 @@ class Expr:
         return total
 
 
+def _sympy_names(symbols) -> set:
+    import sympy
+
+    return {sympy.Symbol(s.name) for s in symbols}
+
+
 def _mono_key(mono):
     return tuple((a.sort_key(), p) for a, p in mono)
 
@@ -320,6 +333,10 @@ class Rel:
 
     def symbols(self) -> set:
         return self.expr.symbols()
+
+    @property
+    def free_symbols(self) -> set:
+        return _sympy_names(self.symbols())
 
     def render(self, names) -> str:
         """Readable Python: the terms with a negative coefficient move to the right side."""

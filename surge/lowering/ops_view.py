@@ -187,7 +187,8 @@ def slice_bounds(sizes, size, start, end, step: int = 1) -> tuple:
     """(start, end, length) of ``[start:end:step]`` over a dim of ``size``, as Python's
     slices clamp them; with a symbolic size, each clamp that depends on it is a guard."""
     static = sizes.static(size)
-    if static is not None:
+    symbolic_bounds = any(isinstance(v, sympy.Basic) and not v.is_Integer for v in (start, end))
+    if static is not None and not symbolic_bounds:
         begin, stop, _ = slice(start, end, step).indices(static)
         return sympy.Integer(begin), sympy.Integer(stop), sympy.Integer(max(0, -(-(stop - begin) // step)))
 
@@ -195,7 +196,7 @@ def slice_bounds(sizes, size, start, end, step: int = 1) -> tuple:
         if v is None:
             return default
         if isinstance(v, sympy.Basic) and not v.is_Integer:   # a bound that is itself a size
-            return v
+            return v if sizes.guard_leq(v, size) else size
         if v >= _TO_THE_END:
             return size
         v = sympy.Integer(v)

@@ -183,6 +183,25 @@ def test_a_broken_backend_guard_compiles_a_variant(monkeypatch, capsys, tmp_path
         capsys.readouterr().err
 
 
+def test_an_op_that_needs_static_sizes_compiles_the_graph_per_sizes(monkeypatch, capsys):
+    """``interpolate`` with a scale computes its output size as a float of the symbolic
+    size, which lowering has no form for: that graph compiles per sizes (logged once,
+    with the reason), never an eager frame."""
+    monkeypatch.setenv("SURGE_LOGS", "dynamic")
+
+    def f(x):
+        return F.interpolate(x, scale_factor=2.0) * 2
+
+    compiled = surge.compile(f, dynamic=True)
+    for n in [3, 5, 3]:
+        x = torch.randn(1, 2, n)
+        _close(compiled(x), f(x))
+    assert _graphs_and_recompiles() == (1, 0)
+    assert counters["static_fallbacks"] == 1 and counters["fallbacks"] == 0
+    err = capsys.readouterr().err
+    assert err.count("the graph is compiled per concrete sizes: LoweringError") == 1 and "SymFloat" in err
+
+
 def test_triton_interpreted_mlp():
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
