@@ -362,7 +362,7 @@ def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
     )
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer),
                        graph=gm, compile_seconds=time.perf_counter() - start, constants=tracer.consts)
-    if options.frontend_cache and disk_cache.stores_captures_of(fn.__code__) and not tracer.dynamic.active:
+    if options.frontend_cache and disk_cache.stores_captures_of(fn.__code__):
         entry.disk_record = disk_cache.make_record(
             tracer, gm, input_sources=input_sources,
             return_expr=lambda cg: ReturnCodegen(cg, output_index).expr(result),

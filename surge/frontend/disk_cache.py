@@ -47,8 +47,10 @@ from ..errors import BackendCompilerFailed
 from ..options import CompileConfig, Options, code_fields, default_cache_dir
 from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
 from .codegen import entry_source, exec_entry, identity_target, module_check
+from .shape_env import is_symbolic
+from .stored_sizes import FactsCheck, decode_env, decode_value, encode_env, encode_value
 
-FORMAT = 2
+FORMAT = 3   # 3: dynamic captures (their shape environment) are stored too
 # Records kept per code object (the newest win): as many as it may recompile.
 MAX_RECORDS = 9
 _PLAIN = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis))
@@ -70,6 +72,7 @@ class Record:
     graph: list | None           # the captured graph, ``_encode_graph``; None: no graph
     guards_text: str
     autocast: bool               # the graph switches autocast (its compiled form needs a guard)
+    shape_env: dict | None = None   # a dynamic capture's symbols and facts (``stored_sizes``)
     format: int = FORMAT
 
 
@@ -298,7 +301,10 @@ class _StructSeq:
 
 def _encode_val(value):
     if isinstance(value, torch.Tensor):
-        return _MetaTensor(tuple(value.shape), value.stride(), value.dtype, value.requires_grad)
+        return _MetaTensor(tuple(encode_value(v) for v in value.shape), tuple(encode_value(v) for v in value.stride()),
+                           value.dtype, value.requires_grad)
+    if is_symbolic(value):
+        return encode_value(value)
     if type(value) in (tuple, list):
         return type(value)(_encode_val(v) for v in value)
     if isinstance(value, tuple) and type(value).__module__ == "torch.return_types":
@@ -308,15 +314,16 @@ def _encode_val(value):
     raise Unpersistable(f"a node value of type {type(value).__name__}")
 
 
-def _decode_val(value):
+def _decode_val(value, env):
     if isinstance(value, _MetaTensor):
-        meta = torch.empty_strided(value.shape, value.stride, dtype=value.dtype, device="meta")
+        meta = torch.empty_strided([decode_value(v, env) for v in value.shape],
+                                   [decode_value(v, env) for v in value.stride], dtype=value.dtype, device="meta")
         return meta.requires_grad_(True) if value.requires_grad else meta
     if isinstance(value, _StructSeq):
-        return _build(value.cls)(tuple(_decode_val(v) for v in value.items))
+        return _build(value.cls)(tuple(_decode_val(v, env) for v in value.items))
     if type(value) in (tuple, list):
-        return type(value)(_decode_val(v) for v in value)
-    return value
+        return type(value)(_decode_val(v, env) for v in value)
+    return decode_value(value, env)
 
 
 _META_KEYS = ("source", "stack_trace")
@@ -337,7 +344,7 @@ def _encode_graph(gm: torch.fx.GraphModule) -> list:
     return nodes
 
 
-def _decode_graph(nodes: list) -> torch.fx.GraphModule:
+def _decode_graph(nodes: list, env=None) -> torch.fx.GraphModule:
     graph = torch.fx.Graph()
     made: dict = {}
     for op, name, target, args, kwargs, meta in nodes:
@@ -348,7 +355,7 @@ def _decode_graph(nodes: list) -> torch.fx.GraphModule:
             raise Unpersistable(f"node {name} became {node.name}")
         node.meta.update({k: v for k, v in meta.items() if k != "val"})
         if "val" in meta:
-            node.meta["val"] = _decode_val(meta["val"])
+            node.meta["val"] = _decode_val(meta["val"], env)
         made[name] = node
     return torch.fx.GraphModule(torch.nn.Module(), graph, class_name="SurgeGraph")
 
@@ -385,7 +392,8 @@ def make_record(tracer, gm, *, input_sources: list, return_expr, effects) -> Rec
     from .variables.autocast import AUTOCAST_GRAPH_FUNCTIONS
 
     autocast = gm is not None and any(n.target in AUTOCAST_GRAPH_FUNCTIONS for n in gm.graph.nodes)
-    return Record(files, name, source, consts, graph, tracer.guards.render(), autocast)
+    shape_env = encode_env(tracer.dynamic.env) if tracer.dynamic.active else None
+    return Record(files, name, source, consts, graph, tracer.guards.render(), autocast, shape_env)
 
 
 def _files_unchanged(record: Record) -> bool:
@@ -403,8 +411,9 @@ class _GraphOnFirstCall:
     """A stored entry's graph, handed to the backend on the entry's first run (with
     that call's inputs as examples); then the entry calls the backend's result directly."""
 
-    def __init__(self, record: Record, backend, namespace: dict, site, options: Options):
+    def __init__(self, record: Record, backend, namespace: dict, site, options: Options, env=None):
         self.record = record
+        self.env = env          # the restored shape environment of a dynamic capture
         self.backend = backend
         self.namespace = namespace
         self.site = site        # the user's code, for a fallback's warning (fallbacks.py)
@@ -415,6 +424,7 @@ class _GraphOnFirstCall:
         from .backend_call import call_backend
 
         gm = self.graph_module
+        before = FactsCheck.state(self.env) if self.env is not None else None
         with fallbacks.at_user_code(self.site):
             try:
                 compiled = call_backend(self.backend, gm, list(args))
@@ -425,6 +435,11 @@ class _GraphOnFirstCall:
                     raise
                 fallbacks.announce(f"{e} (a graph stored in the frontend disk cache)")
                 compiled = gm
+        if before is not None and FactsCheck.state(self.env) != before:
+            # the backend decided something the stored entry does not check
+            logs.log("dynamic", "the backend's trace of a stored dynamic graph added conditions on sizes: "
+                                "calls that break them run the graph as captured")
+            compiled = FactsCheck(self.env, before, gm, compiled, gm)
         if self.record.autocast:
             from .variables.autocast import restore_autocast_on_error
 
@@ -440,13 +455,14 @@ def runnable(record: Record, backend, entry_counters, site, options: Options):
         return None
     try:
         namespace = {name: _build(recipe) for name, recipe in record.consts.items()}
-        gm = _decode_graph(record.graph) if record.graph is not None else None
+        env = decode_env(record.shape_env) if record.shape_env is not None else None
+        gm = _decode_graph(record.graph, env) if record.graph is not None else None
     except Exception as why:  # a name that is not there (yet) in this process
         logs.log("perf", f"frontend disk cache: stored entry not usable here ({type(why).__name__}: {why})")
         return None
     from .codegen import MISS
 
-    lazy = _GraphOnFirstCall(record, backend, namespace, site, options)
+    lazy = _GraphOnFirstCall(record, backend, namespace, site, options, env)
     lazy.graph_module = gm
     namespace.update(MISS=MISS, compiled=lazy if gm is not None else None, counters=entry_counters)
     return exec_entry(record.entry_name, record.source, namespace), gm

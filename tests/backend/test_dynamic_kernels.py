@@ -245,3 +245,52 @@ def test_torch_compile_hands_symbolic_graphs_to_surge(dynamic):
         torch._dynamo.reset()
     assert len(graphs) == (2 if dynamic is None else 1)
     assert counters["static_fallbacks"] == 0 and counters["size_variants"] == 0
+
+
+_PROCESS = """
+import json, sys
+import torch
+import surge
+
+def block(x, w):
+    b, t, c = x.shape
+    h = torch.nn.functional.layer_norm(x, (c,))
+    return (h @ w).softmax(-1).view(b * t, -1).sum(0) + h.mean()
+
+torch.manual_seed(0)
+w = torch.randn(8, 8)
+compiled = surge.compile(block)
+error = 0.0
+for t in [int(a) for a in sys.argv[1:]]:
+    x = torch.randn(2, t, 8)
+    error = max(error, (compiled(x, w) - block(x, w)).abs().max().item())
+print(json.dumps({"frames": surge.counters["frames"], "disk_hits": surge.counters["frontend_disk_hits"],
+                  "graphs": surge.counters["graphs"], "cpp_compiles": surge.counters["cpp_compiles"],
+                  "error": error}))
+"""
+
+
+def test_a_new_process_reuses_the_dynamic_graph(tmp_path):
+    """The dynamic capture is stored (its shape environment as data); a new process's
+    first call at a size neither capture saw runs the stored dynamic entry: no capture,
+    its module from the code cache (keyed by the symbolic form), no compiler run."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "dynamic_script.py"
+    script.write_text(_PROCESS)
+    env = {**os.environ, "SURGE_CACHE_DIR": str(tmp_path / "cache"), "SURGE_FRONTEND_CACHE": "1"}
+    runs = []
+    for seed, sizes in (("1", ["3", "5", "7"]), ("2", ["9", "4", "11"])):
+        env["PYTHONHASHSEED"] = seed
+        done = subprocess.run([sys.executable, str(script), *sizes], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    assert cold["frames"] == 2 and cold["graphs"] == 2 and cold["disk_hits"] == 0
+    assert warm["frames"] == 0 and warm["graphs"] == 0 and warm["disk_hits"] == 1
+    assert warm["cpp_compiles"] == 0   # the library of the dynamic graph's kernels is on disk
+    assert cold["error"] < 1e-5 and warm["error"] < 1e-5
