@@ -317,3 +317,14 @@ def test_symbolic_kernels_compile_for_sm90(tmp_path):
             paths.append(_compile("triton", gm, examples).path)
     results = compile_in_subprocess(paths)
     assert results and all(v == "ok" for v in results.values()), results
+
+
+def test_cpp_symbolic_row_cache():
+    """A symbolic C++ softmax keeps exp(x - max) in a per-thread row cache (planned at the
+    hint, grown for longer rows) instead of computing it twice."""
+    fn, make_inputs, dynamic = TWO["softmax"]
+    gm, examples = symbolic_graph(fn, make_inputs(*TRACED), dynamic)
+    compiled = _compile("cpp", gm, examples)
+    assert "static thread_local std::vector<float> row_cache0_store;" in compiled.cpp_source
+    assert compiled.cpp_source.count("surge_expf(") == 1
+    run_at_sizes(fn, compiled, make_inputs, [(3, 7), (4, 300), (9, 2), (2, 1000)])

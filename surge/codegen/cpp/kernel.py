@@ -479,18 +479,25 @@ class CppKernelWriter:
 
     def plan_row_cache(self, row: Scope, row_stores: list) -> None:
         """Declare the scratch arrays of values that several passes over the row need."""
-        if self.symbolic:   # a scratch row needs its length in numbers
-            return
         passes = [[m.value for m in self.plan.members if m.role in ("reduction", "column") and m.stage == stage]
                   for stage in range(self.plan.num_stages)]
         passes.append([m.value for m in row_stores] +
                       [m.value for m in self.plan.members if m.role == "column" and m.stage == self.plan.num_stages])
-        planner = RowCachePlanner(self.depends_on_r, self.plan.member, self.rnumel,
+        # a symbolic row is planned at its hint (the cache is right for any length, and
+        # kept per thread on the heap: a row longer than the hint's only costs memory)
+        rnumel = self.sizes.size_hint(self.rnumel) if self.symbolic else self.rnumel
+        planner = RowCachePlanner(self.depends_on_r, self.plan.member, rnumel,
                                   lambda v: compute_dtype(v.dtype).itemsize)
         for k, v in enumerate(planner.plan(passes).values()):
             name = f"row_cache{k}"
             self.row_cache[id(v)] = name
-            row.lines.append(f"alignas(64) {ctype(v.dtype)} {name}[{self.rnumel}];")
+            if not self.symbolic:
+                row.lines.append(f"alignas(64) {ctype(v.dtype)} {name}[{self.rnumel}];")
+                continue
+            t, n = ctype(v.dtype), c_size(self.rnumel)
+            row.lines.append(f"static thread_local std::vector<{t}> {name}_store;")
+            row.lines.append(f"if (int64_t({name}_store.size()) < {n}) {name}_store.resize({n});")
+            row.lines.append(f"{t}* __restrict__ {name} = {name}_store.data();")
 
     # -- the kernel ----------------------------------------------------------------
     def generate(self) -> CppKernel:
