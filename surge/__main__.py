@@ -10,9 +10,10 @@ import time
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present, else cpu)")
     p.add_argument("--quick", action="store_true", help="small sizes: a fast run (what CI runs)")
-    p.add_argument("--suite", choices=("default", "models", "overhead"), default="default",
+    p.add_argument("--suite", choices=("default", "models", "overhead", "varlen"), default="default",
                    help="default: surge's workloads; models: the model zoo (timm, torchvision, transformers); "
-                        "overhead: launch-bound workloads for mode='reduce-overhead' (CUDA graphs)")
+                        "overhead: launch-bound workloads for mode='reduce-overhead' (CUDA graphs); "
+                        "varlen: a variable-length run with compiles included (tools/varlen.py)")
     p.add_argument("--time-limit", type=float, default=None, metavar="S",
                    help="start no workload after S seconds; the rest are listed as not run")
     p.add_argument("--only", action="append", metavar="NAME",
@@ -66,6 +67,10 @@ def bench_main(args) -> int:
     if unknown or "eager" not in contenders:
         print(f"surge bench: --contenders must include eager and be among {CONTENDERS}", file=sys.stderr)
         return 2
+    if args.suite == "varlen":   # one run of variable lengths, compiles included (tools/varlen.py)
+        from .tools.varlen import varlen_main
+
+        return varlen_main(args, device, contenders)
     # The model zoo's compiles take minutes: no fresh-process or tiny-input runs unless asked for.
     light = args.quick or args.suite == "models"
     cfg = bench.BenchConfig(
