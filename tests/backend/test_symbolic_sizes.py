@@ -321,10 +321,30 @@ def test_symbolic_kernels_compile_for_sm90(tmp_path):
 
 def test_cpp_symbolic_row_cache():
     """A symbolic C++ softmax keeps exp(x - max) in a per-thread row cache (planned at the
-    hint, grown for longer rows) instead of computing it twice."""
+    hint, grown for longer rows) instead of computing it twice, and runs serially (as a
+    static kernel of its size does) below the parallel threshold."""
     fn, make_inputs, dynamic = TWO["softmax"]
     gm, examples = symbolic_graph(fn, make_inputs(*TRACED), dynamic)
     compiled = _compile("cpp", gm, examples)
     assert "static thread_local std::vector<float> row_cache0_store;" in compiled.cpp_source
-    assert compiled.cpp_source.count("surge_expf(") == 1
+    # once in each form: the OpenMP team's for enough work, the serial one otherwise
+    assert compiled.cpp_source.count("surge_expf(") == 2 and "if (s0*s1 >= 32768) {" in compiled.cpp_source
     run_at_sizes(fn, compiled, make_inputs, [(3, 7), (4, 300), (9, 2), (2, 1000)])
+
+
+def test_symbolic_divisions_exact_on_the_loop_domain_are_removed():
+    """A transposed view read back through a reshape: its floor divisions and modulos are
+    exact for every size on the loop domain, so the C++ index is affine (no division per
+    element); one that is not exact everywhere stays."""
+    from surge.codegen.cpp.affine_index import symbolic_affine_index
+    from surge.lowering.sizes import FloorDiv, Mod, index_symbol
+
+    sv = SizeVars()
+    s0, s1 = sv.new_symbol(2), sv.new_symbol(32)
+    x0, x1, x2, x3 = (index_symbol("x", k) for k in range(4))
+    loops = {"x0": s0, "x1": sympy.Integer(2), "x2": s1, "x3": sympy.Integer(16)}
+    index = 16 * x1 + x3 + 96 * s1 * FloorDiv(16 * x1 + 32 * x2 + x3 + 32 * x0 * s1, 32 * s1) \
+        + 96 * Mod(x2 + x0 * s1, s1)
+    assert symbolic_affine_index(index, loops, sv) == 16 * x1 + x3 + 96 * s1 * x0 + 96 * x2
+    kept = Mod(x2 + 1, s1)   # x2 + 1 reaches s1 on the domain
+    assert symbolic_affine_index(kept, loops, sv) == kept

@@ -100,3 +100,53 @@ def affine_index(expr: sympy.Expr, sizes: dict, innermost: str | None) -> sympy.
     if torch.equal(values - first, (coefficients[axis] * env[inner]).expand(shape)):
         return expr.xreplace({inner: sympy.Integer(0)}) + coefficients[axis] * inner
     return expr
+
+
+def symbolic_affine_index(expr: sympy.Expr, loop_sizes: dict, sizes) -> sympy.Expr:
+    """``expr`` with each floor division and modulo that is exact on the loop domain for
+    every size in range rewritten: ``(q*d + r) // d`` is ``q`` and ``(q*d + r) % d`` is ``r``
+    when ``0 <= r < d`` on the whole domain, which ``sizes`` (a ``SizeVars``) decides from
+    the loop variables' bounds (``loop_sizes``: name -> symbolic size) without a guard.
+    For kernels of symbolic sizes, where the static check above cannot evaluate points."""
+    if not expr.atoms(FloorDiv, Mod):
+        return expr
+    return _rewrite(expr, loop_sizes, sizes)
+
+
+def _rewrite(expr, loop_sizes, sizes):
+    if expr.is_Atom:
+        return expr
+    args = [_rewrite(a, loop_sizes, sizes) for a in expr.args]
+    if isinstance(expr, (FloorDiv, Mod)):
+        split = _split(args[0], args[1], loop_sizes, sizes)
+        if split is not None:
+            return split[0] if isinstance(expr, FloorDiv) else split[1]
+        return type(expr)(*args)
+    return expr.func(*args)
+
+
+def _split(a, d, loop_sizes, sizes):
+    """(q, r) with ``a == q*d + r`` and ``0 <= r < d`` on the loop domain, or None."""
+    quotient, rest = sympy.Integer(0), sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(a)):
+        q = sympy.expand(term / d)
+        coeff, _ = q.as_coeff_Mul()
+        if coeff.is_Integer and not any(f.is_Pow and f.exp < 0 for f in sympy.Mul.make_args(q)) \
+                and not q.has(FloorDiv, Mod):
+            quotient += q
+        else:
+            rest += term
+    if rest.has(FloorDiv, Mod):
+        return None
+    highest = sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(rest)):
+        coeff, _ = term.as_coeff_Mul()
+        if not coeff.is_Integer or coeff < 0:
+            return None   # r is not known to be >= 0 on the domain
+        # a monomial with a non-negative coefficient is largest at each variable's largest value
+        highest += term.xreplace({s: loop_sizes[s.name] - 1 for s in term.free_symbols if s.name in loop_sizes})
+    if any(s.name in loop_sizes for s in highest.free_symbols):
+        return None
+    if not (d.is_positive or sizes.known_leq(1, d)) or not sizes.known_leq(highest + 1, d):
+        return None
+    return quotient, rest

@@ -29,7 +29,9 @@ class NarrowLoads:
 
     @staticmethod
     def applies(writer) -> bool:
-        return 1 < writer.rnumel <= MAX_ROW
+        # a symbolic row decides at its hint: staging is right for any length, only slower
+        # than loading the bytes in place for rows much longer than MAX_ROW
+        return 1 < writer.sizes.size_hint(writer.rnumel) <= MAX_ROW
 
     def element(self, scope, load, pointer: str, index: str) -> str | None:
         """The staged element standing for ``pointer[index]`` in this r loop, or None."""
@@ -40,7 +42,7 @@ class NarrowLoads:
         name = self.arrays.get(key)
         if name is None:
             name = self.arrays[key] = f"narrow{len(self.arrays)}"
-            w.row.lines.append(f"alignas(64) int32_t {name}[{w.rnumel}];")
+            w.row.lines.extend(w.row_array("int32_t", name))
             w.row.lines.extend(self._staging_loop(name, f"static_cast<int32_t>({pointer}[{index}])"))
         return f"{name}[{w.r_linear()}]"
 
@@ -48,6 +50,6 @@ class NarrowLoads:
         # no omp simd: the pragma would size this loop by its bytes too
         lines = [f"{name}[{self.writer.r_linear()}] = {value};"]
         for k in reversed(range(len(self.writer.r_sizes))):
-            lines = ([f"for (int64_t r{k} = 0; r{k} < {self.writer.r_sizes[k]}; ++r{k}) {{"]
+            lines = ([f"for (int64_t r{k} = 0; r{k} < {self.writer.size_text(self.writer.r_sizes[k])}; ++r{k}) {{"]
                      + ["    " + line for line in lines] + ["}"])
         return lines
