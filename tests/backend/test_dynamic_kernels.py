@@ -146,18 +146,21 @@ def test_training_with_a_varying_batch_gradients_equal():
     assert counters["size_variants"] == 0 and counters["fallbacks"] == 0
 
 
+@pytest.mark.slow   # ~19 s on a loaded 2-core machine: capture and compile of a whole model
 def test_gpt2_over_sequence_lengths():
+    """dynamic=True: one compile of the whole model (the static-then-dynamic count is the
+    smaller programs' above), right at every length."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=1, n_head=2,
                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     model = transformers.GPT2LMHeadModel(config).eval()
-    compiled = surge.compile(model)
+    compiled = surge.compile(model, dynamic=True)
     with torch.no_grad():
         for seq in [3, 5, 8, 4, 11, 6, 9, 2, 13, 7]:
             ids = torch.randint(0, 64, (2, seq))
             _close(compiled(input_ids=ids, use_cache=False).logits, model(input_ids=ids, use_cache=False).logits)
-    assert _graphs_and_recompiles() == (2, 1)
+    assert _graphs_and_recompiles() == (1, 0)
     assert counters["static_fallbacks"] == 0 and counters["fallbacks"] == 0
 
 
@@ -259,7 +262,7 @@ def block(x, w):
 
 torch.manual_seed(0)
 w = torch.randn(8, 8)
-compiled = surge.compile(block)
+compiled = surge.compile(block, dynamic=True)
 error = 0.0
 for t in [int(a) for a in sys.argv[1:]]:
     x = torch.randn(2, t, 8)
@@ -270,9 +273,10 @@ print(json.dumps({"frames": surge.counters["frames"], "disk_hits": surge.counter
 """
 
 
+@pytest.mark.slow   # two fresh processes (~25 s on a loaded 2-core machine)
 def test_a_new_process_reuses_the_dynamic_graph(tmp_path):
     """The dynamic capture is stored (its shape environment as data); a new process's
-    first call at a size neither capture saw runs the stored dynamic entry: no capture,
+    first call at a size the capture never saw runs the stored dynamic entry: no capture,
     its module from the code cache (keyed by the symbolic form), no compiler run."""
     import json
     import os
@@ -283,14 +287,14 @@ def test_a_new_process_reuses_the_dynamic_graph(tmp_path):
     script.write_text(_PROCESS)
     env = {**os.environ, "SURGE_CACHE_DIR": str(tmp_path / "cache"), "SURGE_FRONTEND_CACHE": "1"}
     runs = []
-    for seed, sizes in (("1", ["3", "5", "7"]), ("2", ["9", "4", "11"])):
+    for seed, sizes in (("1", ["3", "5"]), ("2", ["9", "4"])):
         env["PYTHONHASHSEED"] = seed
         done = subprocess.run([sys.executable, str(script), *sizes], env=env, capture_output=True, text=True,
                               timeout=300)
         assert done.returncode == 0, done.stderr
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     cold, warm = runs
-    assert cold["frames"] == 2 and cold["graphs"] == 2 and cold["disk_hits"] == 0
+    assert cold["frames"] == 1 and cold["graphs"] == 1 and cold["disk_hits"] == 0
     assert warm["frames"] == 0 and warm["graphs"] == 0 and warm["disk_hits"] == 1
     assert warm["cpp_compiles"] == 0   # the library of the dynamic graph's kernels is on disk
     assert cold["error"] < 1e-5 and warm["error"] < 1e-5
