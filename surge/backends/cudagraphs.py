@@ -447,12 +447,21 @@ def for_mode(compiled, config, device: torch.device, pool_of):
     from .executable import Executable
 
     if not config.cudagraphs or not isinstance(compiled, Executable):
+        return compiled   # (a SizeVariants of symbolic sizes is no Executable either)
+    if _symbolic(compiled):   # one recording serves one size: such a graph runs in the default mode
+        logs.log("cudagraphs", "a graph compiled for symbolic sizes runs in the default mode")
         return compiled
     pool = pool_of()
     if device.type != pool.recorder.device_type:
         note_not_cuda(device)
         return compiled
     return CudaGraphed(compiled, pool)
+
+
+def _symbolic(executable) -> bool:
+    """Whether an Executable's input layouts are expressions of size symbols (its module
+    writes them as names, ``'s0'``), not numbers."""
+    return any(isinstance(v, str) for e in executable.inputs for v in (*e["shape"], *e["stride"]))
 
 
 def note_not_cuda(device: torch.device) -> None:
