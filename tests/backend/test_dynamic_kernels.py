@@ -16,6 +16,8 @@ import torch.nn.functional as F
 import surge
 from surge.counters import counters
 
+from .helpers import DEVICE   # Triton's tensors: the GPU when there is one, else interpreted on the CPU
+
 
 def _close(a, b, tol=1e-4):
     if isinstance(a, torch.Tensor):
@@ -178,7 +180,7 @@ def test_a_broken_backend_guard_compiles_a_variant(monkeypatch, capsys, tmp_path
 
     compiled = surge.compile(f, backend="triton")
     for n in [4, 6, 9, 20, 33, 5, 17]:
-        x = torch.randn(3, n)
+        x = torch.randn(3, n, device=DEVICE)
         _close(compiled(x), f(x))
     assert _graphs_and_recompiles() == (2, 1)
     assert counters["size_variants"] == 1 and counters["fallbacks"] == 0
@@ -205,11 +207,11 @@ def test_an_op_that_needs_static_sizes_compiles_the_graph_per_sizes(monkeypatch,
     assert err.count("the graph is compiled per concrete sizes: LoweringError") == 1 and "SymFloat" in err
 
 
-def test_triton_interpreted_mlp():
+def test_triton_mlp():
     torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    mlp = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).to(DEVICE)
     with torch.no_grad():
-        _run(surge.compile(mlp, backend="triton"), mlp, lambda b: (torch.randn(b, 4),), [3, 5, 2, 7])
+        _run(surge.compile(mlp, backend="triton"), mlp, lambda b: (torch.randn(b, 4, device=DEVICE),), [3, 5, 2, 7])
     assert _graphs_and_recompiles() == (2, 1)
 
 
