@@ -145,3 +145,8 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list, *, options: Options
 # Lowering takes symbolic sizes (SizeVars): the frontend hands graphs with symbolic
 # sizes to this backend (frontend/dynamic_dims.py).
 cpp_backend.accepts_symbolic_sizes = True
+# Changing numbers arrive as 0-d tensors (frontend/number_tensors.py): lowering takes
+# symbolic sizes, not symbolic scalars.
+cpp_backend.accepts_symbolic_numbers = False
+# Sizes with no hint (computed from data: nonzero, boolean masks) are not lowered.
+cpp_backend.accepts_data_dependent_sizes = False

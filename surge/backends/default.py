@@ -36,3 +36,8 @@ def _before_capture(args: tuple) -> None:
 default_backend.before_capture = _before_capture
 # As the kernel backends it picks (frontend/dynamic_dims.py).
 default_backend.accepts_symbolic_sizes = True
+# Changing numbers arrive as 0-d tensors (frontend/number_tensors.py): lowering takes
+# symbolic sizes, not symbolic scalars.
+default_backend.accepts_symbolic_numbers = False
+# Sizes with no hint (computed from data: nonzero, boolean masks) are not lowered.
+default_backend.accepts_data_dependent_sizes = False

@@ -192,3 +192,8 @@ triton_backend.before_capture = start_compile_workers_early
 # Lowering takes symbolic sizes (SizeVars): the frontend hands graphs with symbolic
 # sizes to this backend (frontend/dynamic_dims.py).
 triton_backend.accepts_symbolic_sizes = True
+# Changing numbers arrive as 0-d tensors (frontend/number_tensors.py): lowering takes
+# symbolic sizes, not symbolic scalars.
+triton_backend.accepts_symbolic_numbers = False
+# Sizes with no hint (computed from data: nonzero, boolean masks) are not lowered.
+triton_backend.accepts_data_dependent_sizes = False

@@ -87,6 +87,13 @@ def accepts_data_dependent_sizes(backend) -> bool:
     return accepts_symbolic_sizes(backend) and getattr(target, "accepts_data_dependent_sizes", True)
 
 
+def accepts_symbolic_numbers(backend) -> bool:
+    """Whether a backend takes int/float graph inputs as symbols; the kernel backends take
+    symbolic sizes but numbers as 0-d tensors (``accepts_symbolic_numbers`` False)."""
+    target = backend.func if isinstance(backend, functools.partial) else backend
+    return getattr(target, "accepts_symbolic_numbers", True)
+
+
 def accepts_symbolic_sizes(backend) -> bool:
     """Whether a backend takes graphs with symbolic sizes (a user's callable does, as a
     torch.compile backend does; surge's kernel backends say otherwise with the attribute)."""
@@ -104,7 +111,7 @@ class DynamicDims:
         self.allowed = self.mode is not False and accepts_symbolic_sizes(backend)
         # A backend without symbolic sizes still gets symbolic numbers: the frontend hands
         # them over as 0-d tensors where they only meet tensor arithmetic (number_tensors.py).
-        self.numbers_as_tensors = self.mode is not False and not self.allowed
+        self.numbers_as_tensors = self.mode is not False and not (self.allowed and accepts_symbolic_numbers(backend))
         self.reads_as_tensors = not accepts_scalar_reads(backend)
         self._refused_logged = False
         self.backend = backend

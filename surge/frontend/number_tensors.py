@@ -292,14 +292,16 @@ def numbers_for_backend(dynamic, gm: torch.fx.GraphModule, example_inputs: list,
     ``DataDependent`` (the reads break the graph instead), an input ``StaticNumbersNeeded``;
     with ``keep_reads`` (a backend that takes data-dependent symbols) such a read and what is
     computed from it stay as they are."""
-    selected = selector(only_reads)
+    # a backend with symbolic sizes keeps them: only numbers computed from no size convert
+    sizes = _size_placeholders(dynamic, gm)
+    selected = _without(selector(only_reads), sizes)
     bad = unconvertible_numbers(gm, selected)
     kept: set = set()
     while bad and keep_reads:
         kept |= {r for node in bad for r in number_roots(node) if is_scalar_read(r)}
         if not kept:
             break
-        selected = _without(selector(only_reads), kept)
+        selected = _without(selector(only_reads), kept | sizes)
         bad = unconvertible_numbers(gm, selected)
     if bad:
         roots = {root for node in bad for root in number_roots(node)}
@@ -325,6 +327,20 @@ def numbers_for_backend(dynamic, gm: torch.fx.GraphModule, example_inputs: list,
         logs.log("dynamic", "numbers passed to the backend as 0-d tensors: " + ", ".join(
             n.meta["source"] for n in gm.graph.nodes if n.op == "placeholder" and selected(n)))
     return converted, inputs, (lambda compiled: NumbersAsTensors(compiled, conversions)) if conversions else None
+
+
+def _size_placeholders(dynamic, gm: torch.fx.GraphModule) -> set:
+    """The placeholders of symbolic tensor sizes (a backend that takes symbolic sizes)."""
+    from .shape_env import is_symbolic
+
+    out = set()
+    for node in gm.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" else None
+        atom = val.node.expr.single_atom() if is_symbolic(val) and hasattr(val.node.expr, "single_atom") else None
+        info = dynamic.env.symbols.get(atom) if atom is not None else None
+        if info is not None and info.is_size:
+            out.add(node)
+    return out
 
 
 def _without(selected, kept: set):
