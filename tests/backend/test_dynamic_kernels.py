@@ -300,3 +300,17 @@ def test_a_new_process_reuses_the_dynamic_graph(tmp_path):
     assert warm["frames"] == 0 and warm["graphs"] == 0 and warm["disk_hits"] == 1
     assert warm["cpp_compiles"] == 0   # the library of the dynamic graph's kernels is on disk
     assert cold["error"] < 1e-5 and warm["error"] < 1e-5
+
+
+def test_sizes_symbolic_and_numbers_as_tensors_together():
+    """A changing batch and a changing float argument: the batch is a symbolic size of the
+    kernels, the float a 0-d tensor input (lowering takes no symbolic scalars)."""
+    def f(x, lr):
+        return (x * lr).sum(-1) + x.shape[0]
+
+    compiled = surge.compile(f)
+    for k, b in enumerate([3, 5, 7, 4, 9, 6]):
+        x, lr = torch.randn(b, 8), 0.1 * (k + 1)
+        _close(compiled(x, lr), f(x, lr))
+    assert _graphs_and_recompiles() == (2, 1)
+    assert counters["static_fallbacks"] == 0 and counters["fallbacks"] == 0
