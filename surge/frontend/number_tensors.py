@@ -2,8 +2,9 @@
 
 A number that changes between calls (a learning rate, a step counter, a value
 read back from a tensor and handed across a graph break) is a graph input: a
-SymInt / SymFloat placeholder (``dynamic_dims.py``). The kernel backends compile
-static sizes only, so such a graph would be compiled again for every value. Most
+SymInt / SymFloat placeholder (``dynamic_dims.py``). The kernel backends take
+symbolic sizes but no symbolic scalars, so such a graph would be compiled again for
+every value. Most
 numbers only meet tensor arithmetic (``x * lr``, ``torch.where(m, x, eps)``), and
 there a 0-d tensor computes what the number does: this pass turns each number
 placeholder into a 0-d tensor placeholder (float64 for floats, int64 for ints:
