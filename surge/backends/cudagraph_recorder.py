@@ -55,11 +55,15 @@ class CudaRecorder:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.stream(stream):
                 # thread_local: another thread's unrelated CUDA calls do not break the capture
-                graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+                try:
+                    graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+                except BaseException:
+                    _restore_generators()   # it raised after putting them in capture mode
+                    raise
                 try:
                     outputs = fn(list(args))
                 except BaseException:
-                    _end_failed_capture(graph, pool)
+                    _end_failed_capture(graph)
                     raise
                 graph.capture_end()
             current.wait_stream(stream)
@@ -78,19 +82,23 @@ class CudaRecorder:
             pass
 
 
-def _end_failed_capture(graph, pool) -> None:
-    """End a capture that raised: the stream leaves capture mode (the graph is invalid).
-
-    When the capture itself was invalidated (an operation a capture does not allow, a
-    synchronizing copy say), ending it raises before torch's CUDA random generators leave
-    capture mode, and every later random op of the process would raise "Offset increment
-    outside graph capture". An empty capture on the same stream ends properly and puts the
-    generators back: the failed recording must not change the process's state."""
+def _end_failed_capture(graph) -> None:
+    """End a capture that raised: the stream leaves capture mode (the graph is invalid)."""
     try:
         graph.capture_end()
     except Exception:
-        empty = torch.cuda.CUDAGraph()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")   # "the CUDA graph is empty": it is meant to be
-            empty.capture_begin(pool=pool, capture_error_mode="thread_local")
-            empty.capture_end()
+        # The capture itself was invalidated (an operation a capture does not allow, a
+        # synchronizing copy say): ending it raised before the generators left capture mode.
+        _restore_generators()
+
+
+def _restore_generators() -> None:
+    """Take torch's CUDA random generators out of capture mode after a capture that failed
+    half-way (else every later random op of the process raises "Offset increment outside
+    graph capture"): an empty capture in a pool of its own begins and ends properly. A failed
+    recording must not change the process's state."""
+    empty = torch.cuda.CUDAGraph()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # "the CUDA graph is empty": it is meant to be
+        empty.capture_begin(pool=torch.cuda.graph_pool_handle(), capture_error_mode="thread_local")
+        empty.capture_end()

@@ -273,7 +273,9 @@ class CudaGraphed:
         for k, static in copies:
             static_args[k] = static.buffer
         device = next(a.device for a in args) if args else _constant_device(self.executable)
-        if pool.handle is None:
+        if pool.handle is None or not pool.recordings:
+            # a fresh pool once every recording of the last one is gone: torch's allocator
+            # frees a pool whose graphs are all released and refuses new captures into it
             pool.handle = pool.recorder.new_pool()
         watch = RecordingWatch(pool.recorder.device_type, self.executable.constants)
 

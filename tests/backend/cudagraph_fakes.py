@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import types
 
+import weakref
+
 import torch
 
 from surge.aot import aot_compile
@@ -30,6 +32,11 @@ class FakePool:
     def __init__(self, number: int):
         self.number = number
         self.recordings = 0
+        self.alive = 0    # recordings not yet released
+
+
+def _release(pool: FakePool) -> None:
+    pool.alive -= 1
 
 
 class FakeRecorder:
@@ -45,6 +52,10 @@ class FakeRecorder:
         return pool
 
     def record(self, fn, args, pool, device):
+        if pool.recordings and not pool.alive:
+            # torch's caching allocator frees a pool once every graph in it is released, and
+            # an assertion refuses a new capture into it
+            raise RuntimeError("it->second->use_count > 0 INTERNAL ASSERT FAILED (a capture into a released pool)")
         copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
         copy_storages = {c.untyped_storage().data_ptr(): k for k, c in enumerate(copies)
                          if isinstance(c, torch.Tensor)}
@@ -64,7 +75,10 @@ class FakeRecorder:
                 if isinstance(static, torch.Tensor) and static.data_ptr() != new.data_ptr():
                     static.copy_(new)
 
-        return Recording(outputs, replay)
+        recording = Recording(outputs, replay)
+        pool.alive += 1
+        weakref.finalize(recording, _release, pool)
+        return recording
 
     def invalidate(self, tensor, message):
         tensor._fake_stale = message

@@ -377,3 +377,25 @@ def test_a_one_element_cpu_constant_may_be_read_other_cpu_tensors_may_not():
     with watch:
         torch.ops.aten.add.Tensor(table, 1)
     assert "aten.add.Tensor runs on cpu" in watch.problems[0]
+
+
+def test_a_pool_whose_recordings_all_died_is_replaced_by_a_fresh_one():
+    """Two modules of one class in turn (one forward code, one pool per code object): the
+    first one's recordings die with it, and the second records into a new pool."""
+    import gc
+
+    pool, made = new_pool(), []
+    backend = fake_backend(pool, made)
+    with torch.no_grad():
+        for _ in range(2):
+            model = _block()
+            compiled = surge.compile(model, backend=backend)
+            for _ in range(3):
+                x = torch.randn(3, 8)
+                torch.testing.assert_close(compiled(x), model(x))
+            del compiled, model
+            made.clear()
+            surge.reset()
+            gc.collect()
+    assert surge.counters["cudagraphs_recorded"] == 2 and surge.counters["cudagraphs_not_recorded"] == 0
+    assert len(pool.recorder.pools) == 2
