@@ -308,6 +308,19 @@ def _compile_graph(tracer: Tracer, fn, outputs: list, backend, skip_empty: bool)
     return gm, compiled
 
 
+def _one_writer_per_entry(output_index: dict):
+    """The expression writer of an entry's return value (or break state) and of its side
+    effects, one per generated entry: an object the trace made that both refer to (an
+    instance stored into a closure cell and passed on) is built once, named, and shared."""
+    writers: dict = {}
+
+    def writer(codegen) -> BreakStateCodegen:
+        if writers.get("codegen") is not codegen:
+            writers.update(codegen=codegen, writer=BreakStateCodegen(codegen, output_index))
+        return writers["writer"]
+    return writer
+
+
 def _finish_at_break(tracer: Tracer, fn, frame: Frame, stop: BreakPoint, backend, start) -> CacheEntry:
     """The entry of a frame split at a graph break: graph, side effects, then the break code."""
     state = BreakState(frame, frame.instructions[frame.ip].offset,
@@ -321,14 +334,15 @@ def _finish_at_break(tracer: Tracer, fn, frame: Frame, stop: BreakPoint, backend
     # Fail (and fall back) on a value that cannot be rebuilt before the backend sees the graph.
     BreakStateCodegen(EntryCodegen(ConstTable()), output_index).state(state)
     runner = BreakRunner(fn.__code__, fn.__globals__, state, stop.resume_caller)
+    writer = _one_writer_per_entry(output_index)
     gm, compiled = _compile_graph(tracer, fn, outputs, backend, skip_empty=True)
     counters["graph_breaks"] += 1
     logs.log("graph_breaks", f"graph break in {fn.__qualname__}: {stop.reason}")
     runner_name = tracer.consts.ref(runner, "run_break")
     source, run = generate_entry(
         tracer.guards, tracer.consts, input_sources=[source for source, _ in tracer.graph.inputs],
-        return_expr=lambda cg: BreakStateCodegen(cg, output_index).state(state),
-        effects=lambda cg: tracer.side_effects.statements(cg, BreakStateCodegen(cg, output_index).expr),
+        return_expr=lambda cg: writer(cg).state(state),
+        effects=lambda cg: tracer.side_effects.statements(cg, writer(cg).expr),
         compiled=compiled, counters=counters, hand_off=runner_name,
     )
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer), graph=gm,
@@ -354,10 +368,11 @@ def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
     # checks its guards and rebuilds the result.
     gm, compiled = _compile_graph(tracer, fn, outputs, backend, skip_empty=True)
     input_sources = [source for source, _ in tracer.graph.inputs]
+    writer = _one_writer_per_entry(output_index)
     source, run = generate_entry(
         tracer.guards, tracer.consts, input_sources=input_sources,
-        return_expr=lambda cg: BreakStateCodegen(cg, output_index).expr(result),
-        effects=lambda cg: tracer.side_effects.statements(cg, ReturnCodegen(cg, output_index).expr),
+        return_expr=lambda cg: writer(cg).expr(result),
+        effects=lambda cg: tracer.side_effects.statements(cg, writer(cg).expr),
         compiled=compiled, counters=counters,
     )
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer),

@@ -89,3 +89,31 @@ def test_in_place_tensor_updates_of_inputs():
     x, buf = torch.randn(3), torch.zeros(2)
     assert compiled(x, buf) is x
     assert x[0] == 0 and torch.equal(buf, torch.ones(2))
+
+
+class Box:
+    pass
+
+
+SAVED = None
+
+
+def stores_what_it_returns(x):
+    global SAVED
+    box = Box()
+    box.value = x + 1
+    items = [x * 2]
+    SAVED = (box, items)
+    return box, items
+
+
+def test_an_object_made_in_the_frame_stored_and_returned_is_one_object():
+    global SAVED
+    compiled, rec = compile_strict(stores_what_it_returns)
+    for _ in range(2):
+        x = torch.randn(3)
+        box, items = compiled(x)
+        assert SAVED[0] is box and SAVED[1] is items
+        same(box.value, x + 1)
+        same(items[0], x * 2)
+    assert len(rec.graphs) == 1

@@ -22,11 +22,6 @@ DIFFERENCES: dict[str, dict[tuple[str, str], str]] = {
         ("ListTest.test_iterator_pickle", "plain"): _ITERATOR_PICKLE,
         ("ListTest.test_reversed_pickle", "plain"): _ITERATOR_PICKLE,
     },
-    "test_contextlib": {
-        ("TestContextDecorator.test_contextdecorator_as_mixin", "plain"):
-            "a user object reached through two closure cells is two symbolic values "
-            "(corpus: context_decorator_instance)",
-    },
     "test_iter": {
         ("TestCase.test_ref_counting_behavior", "plain"): "reference counts (sys.getrefcount) of objects the trace holds",
     },
