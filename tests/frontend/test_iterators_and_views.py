@@ -212,3 +212,26 @@ def test_identity_of_equal_values_python_does_not_fix_breaks():
     same(compiled(x, "1000"), f(x, "1000"))
     with pytest.raises(surge.errors.Unsupported):
         compile_strict(f, fullgraph=True)[0](x, "1000")
+
+
+def _iterate_while_replacing(x, part, grows):
+    """A loop over a dict that deletes an entry and inserts one (the size unchanged):
+    CPython's iterator reaches the new entry, and raises once it reaches more entries
+    than the dict had when iteration began."""
+    d = {0: 0, 1: 1} if grows else {0: 0}
+    seen = []
+    try:
+        for item in getattr(d, part)():
+            seen.append(item)
+            key = max(d)
+            del d[key]
+            d[key + 10 if grows else key] = key
+    except RuntimeError as e:
+        return x + 1, seen, str(e), d
+    return x - 1, seen, None, d
+
+
+@pytest.mark.parametrize("part", ["keys", "values", "items"])
+@pytest.mark.parametrize("grows", [False, True])
+def test_dict_mutated_during_iteration_without_changing_size(part, grows):
+    one_graph(_iterate_while_replacing, part, grows)

@@ -134,9 +134,66 @@ class ListVariable(BaseSequenceVariable):
         return f"ListVariable({self.items})"
 
 
+class EntryTable(dict):
+    """A dict's entries as CPython's table holds them: a key inserted (not overwritten)
+    takes the next position, after every entry already there, and a deleted key's
+    position stays empty. An iterator walks these positions, so a key deleted and
+    inserted again during iteration is a new entry to it, as it is to CPython's.
+    (CPython compacts its table when it grows; that reshuffle is not modelled.)"""
+
+    def __init__(self, items=()):
+        super().__init__()
+        self.positions: dict = {}  # key -> position
+        self.next_position = 0
+        self.version = 0  # changes with every insertion and deletion
+        self.update(items)
+
+    def __setitem__(self, key, value):
+        if key not in self:
+            self.positions[key] = self.next_position
+            self.next_position += 1
+            self.version += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        super().__delitem__(key)
+        del self.positions[key]
+        self.version += 1
+
+    def pop(self, key, *default):
+        if key in self:
+            del self.positions[key]
+            self.version += 1
+        return super().pop(key, *default)
+
+    def popitem(self):
+        key, value = super().popitem()
+        del self.positions[key]
+        self.version += 1
+        return key, value
+
+    def clear(self):
+        super().clear()
+        self.positions.clear()
+        self.version += 1
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, other=(), **kwargs):
+        pairs = other.items() if isinstance(other, dict) else other
+        for key, value in [*pairs, *kwargs.items()]:
+            self[key] = value
+
+    def copy(self):
+        return EntryTable(self)
+
+
 class DictVariable(Variable):
     def __init__(self, items: dict, source=None, cls=dict):
-        self.items = dict(items)  # Python key -> Variable
+        self.items = EntryTable(items)  # Python key -> Variable
         self.source = source
         self.cls = cls
 
