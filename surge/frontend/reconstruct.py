@@ -8,6 +8,7 @@ exactly the structure eager returns.
 from __future__ import annotations
 
 import collections
+import functools
 import math
 
 from ..errors import Unsupported
@@ -20,7 +21,7 @@ from .variables.dict_views import DictViewVariable
 from .variables.containers import (
     DictVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, key_variable,
 )
-from .variables.functions import UserFunctionVariable, UserMethodVariable
+from .variables.functions import PartialVariable, UserFunctionVariable, UserMethodVariable
 from .variables.objects import DICT_STORAGE_BASES, ClassVariable, NewObjectVariable, NNModuleVariable, PythonModuleVariable, UserObjectVariable
 from .variables.tensor import TensorVariable
 from .variables.tensor_subclasses import PLAIN_TENSOR_CLASSES, rewrap
@@ -66,6 +67,9 @@ def collect_tensor_outputs(value: Variable, outputs: list, seen: set, each=None)
             each(item, outputs, seen)
     elif isinstance(value, DictViewVariable):
         each(value.dict, outputs, seen)
+    elif isinstance(value, PartialVariable):
+        for item in (value.fn, *value.args, *value.kwargs.values()):
+            each(item, outputs, seen)
     elif isinstance(value, NewObjectVariable):
         for item in value.attrs.values():
             each(item, outputs, seen)
@@ -147,6 +151,11 @@ class ReturnCodegen:
             return f"{builder}({cls}, {{{body}}}, {{{items}}}, {shared!r})"
         if value.source is not None:
             return self.codegen.value_of(value.source)
+        if isinstance(value, PartialVariable):  # made in the frame: made again over the same parts
+            partial = self.codegen.consts.ref(functools.partial, "partial")
+            args = "".join(f", {self.expr(a)}" for a in value.args)
+            kwargs = ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.kwargs.items())
+            return f"{partial}({self.expr(value.fn)}{args}, **{{{kwargs}}})"
         if isinstance(value, (NNModuleVariable, UserObjectVariable)):
             return self.codegen.consts.ref(value.obj, type(value.obj).__name__)
         if isinstance(value, ClassVariable):

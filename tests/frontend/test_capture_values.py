@@ -97,6 +97,32 @@ def test_partial_objects_made_and_passed():
     check_one_graph(passed_in, lambda i: (torch.randn(3), functools.partial(scale, k=4.0)))
 
 
+def test_partial_returned_and_alive_where_a_torch_op_raises_inside_a_try():
+    def returned(x):
+        return functools.partial(torch.add, x * 2, alpha=3)
+
+    compiled, rec = compile_strict(returned)
+    x, y = torch.randn(3), torch.randn(3)
+    add = compiled(x)
+    assert type(add) is functools.partial and add.keywords == {"alpha": 3}
+    same(add(y), returned(x)(y))
+    assert len(rec.graphs) == 1
+
+    def caught(x):
+        join = functools.partial(torch.cat, dim=0)
+        try:
+            y = join([x, x.new_zeros(2, 5)])  # the sizes do not match: RuntimeError
+        except RuntimeError:
+            y = join([x, x]) * 2
+        return y
+
+    compiled, _ = compile_strict(caught)
+    for _ in range(2):
+        x = torch.randn(3, 4)
+        same(compiled(x), caught(x))
+    assert surge.counters["fallbacks"] == 0 and surge.counters["graph_breaks"] == 1
+
+
 def test_model_output_dict_methods():
     from transformers.utils import ModelOutput
 
