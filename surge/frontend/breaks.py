@@ -210,9 +210,10 @@ class BreakStateCodegen(ReturnCodegen):
             defaults = "(" + "".join(self.expr(d) + ", " for d in value.defaults) + ")"
             kwdefaults = "{" + ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.kwdefaults.items()) + "}"
             function = self._function(value.code, value.f_globals, value.qualname, defaults, kwdefaults, value.cells)
-            if not value.attrs:
+            attrs = value.metadata()
+            if not attrs:
                 return function
-            metadata = "{" + ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.attrs.items()) + "}"
+            metadata = "{" + ", ".join(f"{k!r}: {self.expr(v)}" for k, v in attrs.items()) + "}"
             return f"{self.codegen.consts.ref(with_metadata, 'with_metadata')}({function}, {metadata})"
         if isinstance(value, ExceptionVariable):  # raised or caught in the trace, re-raised by CPython
             cls = self.codegen.consts.ref(value.exc_type, value.exc_type.__name__)
@@ -298,7 +299,7 @@ class BreakStateCodegen(ReturnCodegen):
 # gets the same rebuilt object (an iterator shared by two locals advances once).
 # (Not exceptions: a name holding one in the break code would make a cycle through its
 # traceback, keeping the call's tensors alive.)
-_MUTABLE_VARIABLES = (ListVariable, DictVariable, SetVariable, NewObjectVariable, IteratorVariable)
+_MUTABLE_VARIABLES = (ListVariable, DictVariable, SetVariable, NewObjectVariable, IteratorVariable, NestedFunctionVariable)
 
 
 def make_closure(code, f_globals, qualname, defaults, kwdefaults, cells):

@@ -4,11 +4,13 @@ tensors as dict keys, typing annotations and casts, function renaming, super() i
 classmethod, numpy integer scalars."""
 from __future__ import annotations
 
+import functools
 import typing
 from typing import Optional
 
 import numpy as np
 import pytest
+
 import torch
 from torch import Tensor
 
@@ -164,6 +166,59 @@ def test_function_renamed_before_a_graph_break_keeps_its_name():
     x = torch.randn(3)
     same(compiled(x), renamed_then_break(x))
     assert surge.counters["graph_breaks"] == 1 and surge.counters["fallbacks"] == 0
+
+
+def test_wraps_on_functions_made_in_the_frame_keeps_every_attribute():
+    def decorated(x):
+        def scale(v: torch.Tensor) -> torch.Tensor:
+            """Doubles."""
+            return v * 2
+        scale.tag = "kept"
+
+        @functools.wraps(scale)
+        def wrapper(v):
+            return scale(v) + 1
+        return (wrapper(x), wrapper.__name__, wrapper.__doc__, wrapper.__wrapped__ is scale, wrapper.tag,
+                list(wrapper.__annotations__), wrapper.__module__, sorted(wrapper.__dict__))
+
+    check_one_graph(decorated, lambda i: (torch.randn(3),))
+
+    def kept_across_a_break(x):
+        def scale(v):
+            return v * 2
+
+        wrapper = functools.update_wrapper(lambda v: scale(v) + 1, scale)
+        wrapper.calls = 0
+        print("break")
+        wrapper.calls += 1
+        return wrapper(x), wrapper.__name__, wrapper.__wrapped__(x), wrapper.calls, wrapper.calls
+
+    compiled, _ = compile_strict(kept_across_a_break)
+    for _ in range(2):
+        x = torch.randn(3)
+        same(compiled(x), kept_across_a_break(x))
+    assert surge.counters["graph_breaks"] == 1 and surge.counters["fallbacks"] == 0
+
+
+def test_singledispatch_registered_by_annotation_in_the_frame():
+    def dispatched(x):
+        @functools.singledispatch
+        def describe(arg):
+            return "object"
+
+        @describe.register
+        def _(arg: int):
+            return "int"
+
+        @describe.register
+        def _(arg: torch.Tensor):
+            return "tensor"
+        return x + 1, describe(3), describe(x), describe("s")
+
+    compiled, _ = compile_strict(dispatched)
+    x = torch.randn(3)
+    same(compiled(x), dispatched(x))
+    assert surge.counters["fallbacks"] == 0
 
 
 class Config:

@@ -9,9 +9,6 @@ finds, measured on Python 3.11.
 
 _ITERATOR_PICKLE = "__reduce__/__setstate__ of list iterators and reversed() are not modelled"
 _LRU_PURE = "functools.lru_cache wrappers are traced as pure functions: cache statistics and hashing are not run"
-_WRAPS_ON_FUNCTIONS = ("functools.update_wrapper/wraps on functions made in the frame: attributes set on a "
-                       "function (and __wrapped__/__dict__ updates) are not kept (corpus: function_attribute_set_in_frame)")
-_SINGLEDISPATCH_ANNOTATIONS = "singledispatch.register reading a function's __annotations__ made in the frame"
 
 DIFFERENCES: dict[str, dict[tuple[str, str], str]] = {
     "test_list": {
@@ -46,17 +43,5 @@ DIFFERENCES: dict[str, dict[tuple[str, str], str]] = {
         ("TestLRUPy.test_lru_method", "plain"): _LRU_PURE,
         ("TestLRUPy.test_lru_reentrancy_with_len", "plain"): _LRU_PURE,
         ("TestPartialC.test_nested_optimization", "plain"): "partial(partial(f)) is not flattened into one partial",
-        ("TestSingleDispatch.test_annotations", "plain"): _SINGLEDISPATCH_ANNOTATIONS,
-        ("TestSingleDispatch.test_register_genericalias_annotation", "plain"): _SINGLEDISPATCH_ANNOTATIONS,
-        ("TestSingleDispatch.test_union", "plain"): _SINGLEDISPATCH_ANNOTATIONS,
-        ("TestSingleDispatch.test_union_None", "plain"): _SINGLEDISPATCH_ANNOTATIONS,
-        ("TestSingleDispatch.test_union_conflict", "plain"): _SINGLEDISPATCH_ANNOTATIONS,
-        ("TestUpdateWrapper.test_builtin_update", "plain"): _WRAPS_ON_FUNCTIONS,
-        ("TestUpdateWrapper.test_missing_attributes", "plain"): _WRAPS_ON_FUNCTIONS,
-        ("TestUpdateWrapper.test_no_update", "plain"): _WRAPS_ON_FUNCTIONS,
-        ("TestUpdateWrapper.test_selective_update", "plain"): _WRAPS_ON_FUNCTIONS,
-        ("TestWraps.test_builtin_update", "plain"): _WRAPS_ON_FUNCTIONS,
-        ("TestWraps.test_missing_attributes", "plain"): _WRAPS_ON_FUNCTIONS,
-        ("TestWraps.test_selective_update", "plain"): _WRAPS_ON_FUNCTIONS,
     },
 }

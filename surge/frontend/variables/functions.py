@@ -8,7 +8,7 @@ import types
 
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .constant import NONE, ConstantVariable
-from .containers import IteratorVariable
+from .containers import DictVariable, EntryTable, IteratorVariable, TupleVariable
 from ..wrappers import compiled_original
 
 CO_VARARGS = inspect.CO_VARARGS
@@ -157,6 +157,9 @@ class UserFunctionVariable(FunctionVariable):
         return tx.wrap(kwdefaults[name], DefaultSource(parent, name, kwonly=True) if parent else None)
 
     def getattr(self, tx, name):
+        stored = tx.side_effects.attribute(self.fn, name)
+        if stored is not None:
+            return stored
         if name in FUNCTION_DATA_ATTRIBUTES or name in FUNCTION_METADATA or name in getattr(self.fn, "__dict__", {}):
             # __module__, __doc__, __defaults__ and what decorators store (__wrapped__, ...):
             # read from the function object and guarded through it.
@@ -174,6 +177,13 @@ class UserFunctionVariable(FunctionVariable):
                 tx.guards.has_attr(self._child_source(), name, False)
             raise AttributeMissing(name)
         return super().getattr(tx, name)
+
+    def setattr(self, tx, name, value):
+        if self.source is None or hasattr(types.FunctionType, name):  # its slots: __name__, __code__, ...
+            return super().setattr(tx, name, value)
+        # An entry of its __dict__ (a counter, a tag a decorator keeps): a side effect on the
+        # function object, replayed after the graph ran.
+        tx.side_effects.store_attribute(self.fn, self.source, name, value)
 
     def closure_cells(self, tx):
         from ..sources import ClosureSource
@@ -196,29 +206,64 @@ def guarded_by_code(fn) -> bool:
 class NestedFunctionVariable(FunctionVariable):
     """A function created by MAKE_FUNCTION during the trace (closures, lambdas, comprehensions)."""
 
-    def __init__(self, code, f_globals, defaults: tuple, kwdefaults: dict, cells: list, qualname: str):
+    def __init__(self, code, f_globals, defaults: tuple, kwdefaults: dict, cells: list, qualname: str,
+                 annotations=None):
         self.code = code
         self.f_globals = f_globals
         self.defaults = defaults
         self.kwdefaults = kwdefaults
         self.cells = cells
         self.qualname = qualname
-        # The metadata the trace set on it (``inner.__name__ = ...``, as decorators do).
+        self.annotations = annotations  # a DictVariable, made on first read when the code has none
+        # What the trace set on it: ``inner.__name__ = ...`` (as decorators do) and the
+        # entries of its __dict__ (``inner.tag = ...``, ``__wrapped__``), in the order set.
         self.attrs: dict[str, Variable] = {}
+        self.dict_entries = EntryTable()
 
     def getattr(self, tx, name):
         if name in self.attrs:
             return self.attrs[name]
+        if name in self.dict_entries:
+            return self.dict_entries[name]
+        if name == "__dict__":
+            view = DictVariable({})
+            view.items = self.dict_entries  # the same table: writes through it are attribute writes
+            return view
+        if name == "__module__":
+            return ConstantVariable(self.f_globals.get("__name__"))
+        if name == "__doc__":  # the compiler puts a function's docstring (or None) first among its constants
+            first = self.code.co_consts[0] if self.code.co_consts else None
+            return ConstantVariable(first if isinstance(first, str) else None)
+        if name == "__annotations__":
+            if self.annotations is None:
+                self.annotations = DictVariable({})
+            return self.annotations
+        if name == "__defaults__":
+            return TupleVariable(list(self.defaults)) if self.defaults else NONE
+        if not hasattr(types.FunctionType, name):  # an attribute nothing set (``__wrapped__``)
+            raise AttributeMissing(name)
         return super().getattr(tx, name)
 
     def setattr(self, tx, name, value):
-        if name not in FUNCTION_METADATA or not value.is_constant():
-            return super().setattr(tx, name, value)
-        if name in ("__name__", "__qualname__") and type(value.as_constant()) is not str:
+        if name in ("__name__", "__qualname__") and not (value.is_constant() and type(value.as_constant()) is str):
             raise_in_user_code(TypeError, f"{name} must be set to a string object")
         if name == "__qualname__":
             self.qualname = value.as_constant()
-        self.attrs[name] = value
+        if name in FUNCTION_METADATA:
+            self.attrs[name] = value
+        elif name == "__annotations__" and isinstance(value, DictVariable):
+            self.annotations = value
+        elif hasattr(types.FunctionType, name):  # __defaults__, __code__, __dict__, ...: slots surge does not model
+            super().setattr(tx, name, value)
+        else:
+            self.dict_entries[name] = value
+
+    def metadata(self) -> dict:
+        """What a rebuilt function must be given: the attributes the trace set on it."""
+        made = dict(self.attrs)
+        if self.annotations is not None:
+            made["__annotations__"] = self.annotations
+        return {**made, **self.dict_entries}
 
     def default(self, tx, index):
         return self.defaults[index]
