@@ -34,7 +34,7 @@ from .codegen import EntryCodegen, generate_diagnosis, generate_entry
 from .dynamic_dims import DynamicDims, DynamicState, accepts_data_dependent_sizes, install_shape_guards
 from .number_tensors import StaticNumbersNeeded, has_numbers, numbers_for_backend
 from .shape_env import DataDependent
-from .global_state import functorch_transform_active, preserved_global_state
+from .global_state import functorch_transform_active, preserved_global_state, torch_function_mode_active
 from .interpreter import Frame
 from .interpreter.frame import StopForBreak
 from .reconstruct import ReturnCodegen, collect_tensor_outputs
@@ -257,12 +257,13 @@ def _restored_grad_mode(mode: bool):
 
 
 def _refuse_unmodeled_modes(tracer: Tracer) -> None:
-    """Inference mode and torch.func transforms change what ops compute; capture does
+    """Inference mode, torch.func transforms and TorchFunctionModes change what ops compute; capture does
     not model them. A frame called inside one runs eagerly, under a guard on it, so
     that later calls outside capture as usual. (The caller's autocast is modelled:
     variables/autocast.py.)"""
     modes = {"inference mode": torch.is_inference_mode_enabled,
-             "a torch.func transform": functorch_transform_active}
+             "a torch.func transform": functorch_transform_active,
+             "a TorchFunctionMode": torch_function_mode_active}
     for name, enabled in modes.items():
         if enabled():
             ref = tracer.consts.ref(enabled, enabled.__name__)
