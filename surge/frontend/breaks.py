@@ -270,10 +270,11 @@ class BreakStateCodegen(ReturnCodegen):
         if name:
             return name
         self._cells[id(cell)] = None  # being built
+        name = f"c{len(self._cells)}"  # numbered now: the cells its contents hold number after it
         maker = self.codegen.consts.ref(types.CellType, "CellType")
         contents = cell.contents()
         made = f"{maker}()" if contents is None else f"{maker}({self.expr(contents)})"
-        name = self._cells[id(cell)] = f"c{len(self._cells)}"
+        self._cells[id(cell)] = name
         return f"({name} := {made})"
 
     def fresh_generator(self, generator: GeneratorVariable) -> str:

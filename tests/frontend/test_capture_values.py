@@ -138,3 +138,24 @@ def test_model_output_dict_methods():
                 [v for v in out.values()], [k for k, _ in out.items()], len(out))
 
     check_one_graph(model_output, lambda i: (torch.randn(3),))
+
+
+def test_closures_nested_in_closure_cells_at_a_break_keep_their_cells_apart():
+    def nested(x):
+        log = []
+
+        def inner():
+            log.append(1)
+            return log
+
+        def outer():
+            return inner()
+        print("break")  # both closures and both cells are rebuilt here
+        outer()
+        return x + 1, log, outer() is log, inner.__closure__[0].cell_contents is log
+
+    compiled, _ = compile_strict(nested)
+    for _ in range(2):
+        x = torch.randn(3)
+        same(compiled(x), nested(x))
+    assert surge.counters["fallbacks"] == 0
