@@ -218,7 +218,8 @@ def is_same(a: Variable, b: Variable, tx=None) -> bool:
             raise error
         return False
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
-        return a.node is b.node
+        # One graph value may be several Python objects: as_subclass makes a new one each call.
+        return a.node is b.node and not (getattr(a, "own_object", False) or getattr(b, "own_object", False))
     key_a, key_b = getattr(a, "identity_key", None), getattr(b, "identity_key", None)
     if key_a is not None and key_b is not None:
         return key_a() == key_b()
