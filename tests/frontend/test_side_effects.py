@@ -117,3 +117,48 @@ def test_an_object_made_in_the_frame_stored_and_returned_is_one_object():
         same(box.value, x + 1)
         same(items[0], x * 2)
     assert len(rec.graphs) == 1
+
+
+LOG = []
+
+
+class Logged(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        LOG.append(func.__name__)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def logs_through_an_override(x):
+    return (x * 2).sin()
+
+
+def appends_then_reads(x):
+    LOG.append("call")
+    return x + len(LOG), LOG
+
+
+def test_a_global_log_the_frame_only_appends_to_does_not_recompile_as_it_grows():
+    import surge
+
+    LOG.clear()
+    compiled, rec = compile_strict(logs_through_an_override)
+    x = torch.randn(3).as_subclass(Logged)
+    for calls in range(1, 5):
+        same(compiled(x).as_subclass(torch.Tensor), logs_through_an_override(x).as_subclass(torch.Tensor))
+        assert len(LOG) == 4 * calls and LOG[-4:] == LOG[:4]
+    LOG[:] = ["cleared between calls"]
+    compiled(x)
+    assert LOG[0] == "cleared between calls" and len(LOG) == 3
+    assert len(rec.graphs) == 1 and surge.counters["recompiles"] == 0
+
+
+def test_a_global_list_appended_then_read_is_guarded_on_what_was_read():
+    LOG.clear()
+    compiled, _ = compile_strict(appends_then_reads)
+    for _ in range(3):
+        x = torch.randn(3)
+        out, log = compiled(x)
+        assert log is LOG
+        same(out, x + len(LOG))
+    assert LOG == ["call"] * 3

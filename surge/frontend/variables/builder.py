@@ -64,6 +64,13 @@ def wrap_value(tx, value, source):
             guards.type_is(source, slice)
         return SliceVariable(*(wrap_value(tx, getattr(value, part), AttrSource(source, part) if source else None)
                                for part in ("start", "stop", "step")))
+    if type(value) is list and guards:
+        guards.type_is(source, list)
+
+        def read():  # on first use of the items: what they are, guarded
+            guards.length(source, list, len(value))
+            return [wrap_value(tx, v, ItemSource(source, i)) for i, v in enumerate(value)]
+        return ListVariable.unread(read, source)
     if type(value) in (tuple, list) or (isinstance(value, tuple) and hasattr(type(value), "_fields")) \
             or isinstance(value, torch.Size):
         if guards:

@@ -116,6 +116,42 @@ class TupleVariable(BaseSequenceVariable):
 
 
 class ListVariable(BaseSequenceVariable):
+    """A list; one read from the inputs may start unread: its length and items are guarded
+    only once the trace reads them (any use of ``items``), so a list the frame only
+    appends to (a log, a registry) does not recompile each call as it grows."""
+
+    _read = None  # reads (and guards) the input list's items, until first used
+    appended: tuple | list = ()  # what append/extend added while unread
+
+    @classmethod
+    def unread(cls, read, source):
+        var = cls.__new__(cls)
+        var.source = source
+        var._read = read
+        var.appended = []
+        return var
+
+    @property
+    def items(self):
+        if self._read is not None:
+            read, self._read = self._read, None
+            self._items = read() + self.appended
+        return self._items
+
+    @items.setter
+    def items(self, value):
+        self._items = value
+
+    def is_unread(self) -> bool:
+        return self._read is not None
+
+    def append_unread(self, values: list) -> bool:
+        """append/extend without reading the items, when they are still unread."""
+        if self._read is None:
+            return False
+        self.appended.extend(values)
+        return True
+
     def python_type(self):
         return list
 
@@ -131,7 +167,7 @@ class ListVariable(BaseSequenceVariable):
             tx.side_effects.mutate_container(self)
 
     def __repr__(self):
-        return f"ListVariable({self.items})"
+        return "ListVariable(unread)" if self.is_unread() else f"ListVariable({self.items})"
 
 
 class EntryTable(dict):
