@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import functools
 import math
+import types
 
 from ..errors import Unsupported
 from .variables.base import Variable
@@ -18,6 +19,7 @@ from .dynamic_dims import symbolic_expression
 from .shape_env import is_symbolic
 from .variables.constant import ConstantVariable
 from .variables.dict_views import DictViewVariable
+from .variables.mapping_proxies import MappingProxyVariable
 from .variables.containers import (
     DictVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, key_variable,
 )
@@ -65,8 +67,8 @@ def collect_tensor_outputs(value: Variable, outputs: list, seen: set, each=None)
     elif isinstance(value, SliceVariable):
         for item in (value.start, value.stop, value.step):
             each(item, outputs, seen)
-    elif isinstance(value, DictViewVariable):
-        each(value.dict, outputs, seen)
+    elif isinstance(value, (DictViewVariable, MappingProxyVariable)):
+        each(value.dict.owner or value.dict, outputs, seen)
     elif isinstance(value, PartialVariable):
         for item in (value.fn, *value.args, *value.kwargs.values()):
             each(item, outputs, seen)
@@ -135,8 +137,12 @@ class ReturnCodegen:
                 return "frozenset()" if value.frozen else "set()"
             body = "{" + ", ".join(self.expr(v) for v in value.items.values()) + "}"
             return f"frozenset({body})" if value.frozen else body
-        if isinstance(value, DictViewVariable):
-            return f"{self.expr(value.dict)}.{value.part}()"
+        if isinstance(value, (DictViewVariable, MappingProxyVariable)):
+            # Of a dict, or of the storage of a dict subclass's object: over that object.
+            mapping = self.expr(value.dict.owner or value.dict)
+            if isinstance(value, DictViewVariable):
+                return f"{mapping}.{value.part}()"
+            return f"{self.codegen.consts.ref(types.MappingProxyType, 'MappingProxyType')}({mapping})"
         if isinstance(value, SliceVariable):
             return f"slice({self.expr(value.start)}, {self.expr(value.stop)}, {self.expr(value.step)})"
         if isinstance(value, NewObjectVariable):

@@ -3,6 +3,7 @@ where Python fixes the answer (and breaks where it does not), compared with eage
 fresh inputs; each is captured whole (fullgraph=True, one graph)."""
 import copy
 import itertools
+import types
 
 import pytest
 import torch
@@ -235,3 +236,34 @@ def _iterate_while_replacing(x, part, grows):
 @pytest.mark.parametrize("grows", [False, True])
 def test_dict_mutated_during_iteration_without_changing_size(part, grows):
     one_graph(_iterate_while_replacing, part, grows)
+
+
+class Registry(dict):
+    pass
+
+
+def _proxies(x, cls, split):
+    d = cls()
+    by_view, made = d.keys().mapping, types.MappingProxyType(d)
+    before = (by_view == d, len(made))
+    d["w"] = x * 2
+    if split:
+        print("break")  # the proxies are rebuilt over the very dict
+    d["v"] = 1
+    return (x + 1, before, by_view == d, made == d, isinstance(made, types.MappingProxyType), len(by_view),
+            "w" in made, made["v"], list(by_view), by_view, made, d)
+
+
+@pytest.mark.parametrize("cls", [dict, Registry])
+@pytest.mark.parametrize("split", [False, True])
+def test_mapping_proxies_are_live_views_of_their_dict(cls, split):
+    compiled, _ = compile_strict(_proxies)
+    for _ in range(2):
+        x = torch.randn(3)
+        out, expected = compiled(x, cls, split), _proxies(x, cls, split)
+        same(out[:-3], expected[:-3])
+        for proxy in out[-3:-1]:
+            assert type(proxy) is types.MappingProxyType and proxy == out[-1] and list(proxy) == ["w", "v"]
+        out[-1]["late"] = 0  # a write to the dict is seen through both proxies
+        assert all("late" in proxy for proxy in out[-3:-1])
+    assert surge.counters["fallbacks"] == 0

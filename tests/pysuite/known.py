@@ -25,9 +25,6 @@ DIFFERENCES: dict[str, dict[tuple[str, str], str]] = {
         ("DictTest.test_oob_indexing_dictiter_iternextitem", "plain"):
             "a value's __del__ clears the dict when an item assignment frees it: surge replays the "
             "assignment after the loop, so the finalizer runs too late for the iterator to see it",
-        ("DictTest.test_views_mapping", "plain"):
-            "view.mapping is a graph break; the mappingproxy CPython makes does not see the dict's "
-            "later writes, which surge replays at the end of the frame",
     },
     "test_generators": {
         ("GeneratorTest.test_name", "plain"): "a generator's __name__/__qualname__ set in the frame are not kept",

@@ -10,6 +10,7 @@ from ...errors import Unsupported
 from ..variables.base import Variable, raise_in_user_code, unsupported
 from ..variables.constant import ConstantVariable
 from ..variables.dict_views import DictViewVariable, as_set_operand, set_of_iterable, view_equal
+from ..variables.mapping_proxies import MappingProxyVariable
 from ..variables.containers import (
     BaseSequenceVariable, DictVariable, ListVariable, SetVariable, TupleVariable, _key_of,
 )
@@ -230,6 +231,9 @@ def compare_equal(tx, a: Variable, b: Variable) -> bool:
     """Python's ``a == b`` where it must be a bool (``in``, ``index``, ``==`` on containers)."""
     if is_same(a, b, tx):
         return True
+    if isinstance(a, MappingProxyVariable) or isinstance(b, MappingProxyVariable):  # compares as its dict
+        return compare_equal(tx, a.dict if isinstance(a, MappingProxyVariable) else a,
+                             b.dict if isinstance(b, MappingProxyVariable) else b)
     views = view_equal(tx, a, b)
     if views is not None:
         return views

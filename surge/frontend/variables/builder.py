@@ -15,7 +15,7 @@ import weakref
 
 import torch
 
-from ..sources import AttrSource, ItemSource, PlainTensorSource, is_typing_form
+from ..sources import AttrSource, ItemSource, PlainTensorSource, ProxiedMappingSource, is_typing_form, proxied_mapping
 from ..wrappers import compiled_original
 from .base import unsupported
 from .autocast import wrap_autocast_object
@@ -27,7 +27,7 @@ from .functions import (
     CACHE_WRAPPER_TYPE, OpaqueCallableVariable, PartialVariable, UserFunctionVariable, UserMethodVariable,
     cached_function_variable, guarded_by_code,
 )
-from . import copies, cond, dataclass_rules, signatures  # noqa: F401  (register their rules)
+from . import copies, cond, dataclass_rules, mapping_proxies, signatures  # noqa: F401  (register their rules)
 from .objects import (
     ClassVariable, NNModuleVariable, PythonModuleVariable, UserObjectVariable, WeakRefVariable, is_torch_library_code,
     static_lookup,
@@ -64,6 +64,12 @@ def wrap_value(tx, value, source):
             guards.type_is(source, slice)
         return SliceVariable(*(wrap_value(tx, getattr(value, part), AttrSource(source, part) if source else None)
                                for part in ("start", "stop", "step")))
+    if type(value) is types.MappingProxyType and guards and type(proxied_mapping(value)) is dict:
+        # A proxy CPython made (at a graph break): live over its dict, which the trace reads.
+        from .mapping_proxies import MappingProxyVariable
+
+        guards.type_is(source, types.MappingProxyType)
+        return MappingProxyVariable(tx.wrap(proxied_mapping(value), ProxiedMappingSource(source)))
     if type(value) is list and guards:
         guards.type_is(source, list)
 

@@ -252,6 +252,7 @@ class DictVariable(Variable):
         return len(self.items)
 
     default_factory = None  # for collections.defaultdict
+    owner = None  # the object of a dict subclass whose own storage this is (NewObjectVariable)
 
     def getitem(self, tx, key: Variable):
         k = _key_of(tx, key)

@@ -400,6 +400,8 @@ class NewObjectVariable(Variable):
         self.cls = cls
         self.attrs: dict[str, Variable] = {}
         self.storage = storage
+        if storage is not None:  # a view or proxy of the storage is rebuilt over this object
+            storage.owner = self
 
     def python_type(self):
         return self.cls
