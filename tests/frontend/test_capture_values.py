@@ -159,3 +159,13 @@ def test_closures_nested_in_closure_cells_at_a_break_keep_their_cells_apart():
         x = torch.randn(3)
         same(compiled(x), nested(x))
     assert surge.counters["fallbacks"] == 0
+
+
+def test_partial_of_a_partial_is_flattened_and_its_members_read():
+    def nested(x):
+        inner = functools.partial(torch.add, x)
+        outer = functools.partial(inner, alpha=2)
+        return (outer(x), outer.func is torch.add, outer.args[0] is x, outer.keywords, outer.args is outer.args,
+                outer.keywords is outer.keywords)
+
+    check_one_graph(nested, lambda i: (torch.randn(3),))

@@ -486,6 +486,22 @@ class PartialVariable(Variable):
     def call(self, tx, args, kwargs):
         return self.fn.call(tx, [*self.args, *args], {**self.kwargs, **kwargs})
 
+    def getattr(self, tx, name):
+        # CPython's partial holds them as members: the same objects on every read (a write
+        # to ``keywords`` changes later calls).
+        if name == "func":
+            return self.fn
+        if name == "args":
+            if getattr(self, "_args", None) is None:
+                self._args = TupleVariable(list(self.args))
+            return self._args
+        if name == "keywords":
+            if getattr(self, "_keywords", None) is None:
+                self._keywords = DictVariable({})
+                self._keywords.items = self.kwargs
+            return self._keywords
+        return super().getattr(tx, name)
+
 
 class TensorMethodVariable(Variable):
     def __init__(self, tensor, name: str):
