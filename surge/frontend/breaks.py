@@ -290,7 +290,10 @@ class BreakStateCodegen(ReturnCodegen):
         keywords = code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
         args = [self.expr(frame.locals[n]) for n in positional]
         args += [f"{n}={self.expr(frame.locals[n])}" for n in keywords]
-        return f"{function}({', '.join(args)})"
+        made = f"{function}({', '.join(args)})"
+        if generator.names == {"__name__": code.co_name, "__qualname__": code.co_qualname}:
+            return made
+        return f"{self.codegen.consts.ref(with_metadata, 'with_metadata')}({made}, {generator.names!r})"
 
     def state(self, state: BreakState) -> str:
         return "(" + "".join(self.expr(v) + ", " for v in state.values) + ")"

@@ -168,6 +168,29 @@ def test_function_renamed_before_a_graph_break_keeps_its_name():
     assert surge.counters["graph_breaks"] == 1 and surge.counters["fallbacks"] == 0
 
 
+def test_generator_names_follow_their_function_and_can_be_set():
+    def names(x, split):
+        def counting():
+            yield x + 1
+        counting.__name__ = "renamed"
+        gen = counting()
+        before = (gen.__name__, gen.__qualname__)
+        gen.__qualname__ = "Model.gen"
+        try:
+            gen.__name__ = 3
+        except TypeError as e:
+            error = str(e)
+        if split:
+            print("break")  # the unstarted generator is made again, with its names
+        return next(gen), before, gen.__name__, gen.__qualname__, error
+
+    compiled, _ = compile_strict(names)
+    for split in (False, True):
+        x = torch.randn(3)
+        same(compiled(x, split), names(x, split))
+    assert surge.counters["fallbacks"] == 0
+
+
 def test_wraps_on_functions_made_in_the_frame_keeps_every_attribute():
     def decorated(x):
         def scale(v: torch.Tensor) -> torch.Tensor:

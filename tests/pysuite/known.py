@@ -27,9 +27,6 @@ DIFFERENCES: dict[str, dict[tuple[str, str], str]] = {
             "a value's __del__ clears the dict when an item assignment frees it: surge replays the "
             "assignment after the loop, so the finalizer runs too late for the iterator to see it",
     },
-    "test_generators": {
-        ("GeneratorTest.test_name", "plain"): "a generator's __name__/__qualname__ set in the frame are not kept",
-    },
     "test_itertools": {
         ("TestBasicOps.test_chain_setstate", "plain"): "itertools.chain.__setstate__ is not modelled",
     },

@@ -364,12 +364,27 @@ class UserMethodVariable(Variable):
 class GeneratorVariable(IteratorVariable):
     """A generator made by calling a generator function in the trace; runs as it is iterated."""
 
-    def __init__(self, tx, frame):
+    def __init__(self, tx, frame, name: str | None = None, qualname: str | None = None):
         self.tx = tx
         self.frame = frame
+        # As the function that made it was named when it was called; settable on the generator.
+        self.names = {"__name__": name or frame.code.co_name,
+                      "__qualname__": qualname or getattr(frame.code, "co_qualname", frame.code.co_name)}
 
     def python_type(self):
         return types.GeneratorType
+
+    def setattr(self, tx, name, value):
+        if name not in self.names:
+            return super().setattr(tx, name, value)
+        if not (value.is_constant() and type(value.as_constant()) is str):
+            raise_in_user_code(TypeError, f"{name} must be set to a string object")
+        self.names[name] = value.as_constant()
+
+    def delattr(self, tx, name):
+        if name in self.names:
+            raise_in_user_code(TypeError, f"{name} must be set to a string object")
+        return super().delattr(tx, name)
 
     def truthy(self, tx):
         return True
@@ -396,6 +411,8 @@ class GeneratorVariable(IteratorVariable):
     def getattr(self, tx, name):
         if name in ("send", "throw", "close"):
             return GeneratorMethodVariable(self, name)
+        if name in self.names:
+            return ConstantVariable(self.names[name])
         return super().getattr(tx, name)
 
     def send(self, value):
