@@ -7,6 +7,7 @@ the next issue captures.
 """
 from __future__ import annotations
 
+import collections
 import operator
 
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
@@ -277,7 +278,10 @@ class DictVariable(Variable):
         return all(v.is_constant() for v in self.items.values())
 
     def as_constant(self):
-        return {k: v.as_constant() for k, v in self.items.items()}
+        items = {k: v.as_constant() for k, v in self.items.items()}
+        # A Counter or OrderedDict folds as itself (its repr names its class); a defaultdict
+        # has a factory to carry and stays a dict.
+        return self.cls(items) if self.cls in (collections.Counter, collections.OrderedDict) else items
 
     def __repr__(self):
         return f"DictVariable({self.items})"
