@@ -162,3 +162,29 @@ def test_a_global_list_appended_then_read_is_guarded_on_what_was_read():
         assert log is LOG
         same(out, x + len(LOG))
     assert LOG == ["call"] * 3
+
+
+def _make_counter():
+    count = 0
+
+    class Counter:
+        def inc(self):
+            nonlocal count
+            count += 1
+            return count
+    return Counter()
+
+
+COUNTER = _make_counter()
+
+
+def counts_through_a_method(x):
+    return x + COUNTER.inc()
+
+
+def test_a_method_writing_its_nonlocal_cell_is_replayed_every_call():
+    compiled, rec = compile_strict(counts_through_a_method)
+    x = torch.zeros(2)
+    for expected in (1, 2, 3):
+        same(compiled(x), x + expected)
+    assert COUNTER.inc() == 4

@@ -48,10 +48,10 @@ class CellVariable(Variable):
         return self._value
 
     def store(self, tx, value: Variable) -> None:
-        if self._lazy is not None and self.source is None:
-            unsupported("assigning a closure variable of a function that is not reachable from the inputs")
         if self.source is not None:
             tx.side_effects.store_cell(self.source, value)
+        elif self.real_cell is not None:  # a real cell the replay could not reach (read or not)
+            unsupported("assigning a closure variable of a function that is not reachable from the inputs")
         self._lazy = None
         self._value = value
 
@@ -186,10 +186,13 @@ class UserFunctionVariable(FunctionVariable):
         tx.side_effects.store_attribute(self.fn, self.source, name, value)
 
     def closure_cells(self, tx):
-        from ..sources import ClosureSource
+        from ..sources import ClosureSource, ConstSource
 
-        parent = self._child_source()
-        return [tx.cell_variable(cell, ClosureSource(parent, i, name) if parent else None)
+        # A function the trace holds as a constant (a class's method, whose identity is
+        # guarded there) has its cells read, guarded and written through that constant:
+        # a nonlocal it counts in changes between calls.
+        parent = self._child_source() or ConstSource(self.fn, f"fn<{self.fn.__qualname__}>")
+        return [tx.cell_variable(cell, ClosureSource(parent, i, name))
                 for i, (name, cell) in enumerate(zip(self.code.co_freevars, self.fn.__closure__ or ()))]
 
     def __repr__(self):
