@@ -107,7 +107,9 @@ class ReturnCodegen:
                 items = "(" + "".join(self.const(v) + ", " for v in value.value) + ")"
                 if type(value.value) is tuple:
                     return items
-                return f"{self.codegen.consts.ref(type(value.value), type(value.value).__name__)}({items})"
+                cls = self.codegen.consts.ref(type(value.value), type(value.value).__name__)
+                # A namedtuple takes its fields one by one; other tuple subclasses take an iterable.
+                return f"{cls}(*{items})" if hasattr(type(value.value), "_fields") else f"{cls}({items})"
             return self.const(value.value, type(value.value).__name__)
         if isinstance(value, (TupleVariable, ListVariable, DictVariable, SetVariable)) and value.source is not None:
             # A container read from the inputs is returned as that same object

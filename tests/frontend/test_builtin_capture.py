@@ -290,3 +290,35 @@ def test_parameterized_builtin_types_are_constants():
     torch.testing.assert_close(out, x * 2)
     assert alias == dict[str, list[int]]
     assert surge.counters["fallbacks"] == 0 and surge.counters["graph_breaks"] == 0
+
+
+class Point(typing.NamedTuple):
+    x: int
+    y: int
+
+
+class Loud(str):
+    def __iadd__(self, other):
+        return "replaced"
+
+
+LOUD = Loud("1")
+
+
+class Anything:
+    def __eq__(self, other):
+        return True
+
+    def f(self):
+        pass
+
+
+def test_bound_methods_compare_by_function_and_object_and_immutables_use_their_own_iadd():
+    def compared(x):
+        a, b, items = Anything(), Anything(), []
+        s = LOUD
+        s += "4"
+        return (x + 1, a.f == a.f, a.f == b.f, a.f != a.f, items.append == items.append,
+                items.append == [].append, items.append == items.pop, s, {Point(1, 2): "p"})
+
+    check_one_graph(compared, lambda i: (torch.randn(3),))
