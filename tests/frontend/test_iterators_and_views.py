@@ -267,3 +267,11 @@ def test_mapping_proxies_are_live_views_of_their_dict(cls, split):
         out[-1]["late"] = 0  # a write to the dict is seen through both proxies
         assert all("late" in proxy for proxy in out[-3:-1])
     assert surge.counters["fallbacks"] == 0
+
+
+def _iterator_types(x):
+    return x + 1, [type(iter(v)).__name__ for v in ("abc", "🚀", b"ab", (1, 2), range(3), [1])]
+
+
+def test_iterators_of_constants_have_cpythons_types():
+    one_graph(_iterator_types)

@@ -353,15 +353,16 @@ class IteratorVariable(Variable):
     """An iterator over values known when it is made (strings, ranges, a user
     ``__iter__``'s results); iterators that advance lazily are in iterators.py."""
 
-    def __init__(self, items: list, error_at_end: tuple | None = None):
+    def __init__(self, items: list, error_at_end: tuple | None = None, kind: type | None = None):
         self.items = list(items)
         self.position = 0
         # (exception type, message) raised instead of stopping once the items run out
         # (``zip(..., strict=True)`` over iterables of unequal lengths).
         self.error_at_end = error_at_end
+        self.kind = kind  # the iterator type CPython makes (str_ascii_iterator, range_iterator, ...)
 
     def python_type(self):
-        return type(iter([]))
+        return self.kind or type(iter([]))
 
     def next(self):
         if self.position >= len(self.items):

@@ -27,7 +27,10 @@ def iterator_of(tx, value) -> IteratorVariable:
     make = getattr(value, "make_iterator", None)
     if make is not None:
         return make(tx)
-    return IteratorVariable(value.iterate(tx))
+    kind = None
+    if value.is_constant() and type(value.as_constant()) in (str, bytes, tuple, range):
+        kind = type(iter(value.as_constant()))
+    return IteratorVariable(value.iterate(tx), kind=kind)
 
 
 class LazyIterator(IteratorVariable):
