@@ -43,8 +43,8 @@ from .variables.contexts import (
     BoundContextMethod, GeneratorContextVariable, GradModeContextVariable, ProfilerContextVariable,
 )
 from .variables.functions import (
-    CellVariable, GeneratorVariable, NestedFunctionVariable, OpaqueCallableVariable, OpaqueMethodVariable,
-    TensorMethodVariable, UserFunctionVariable, UserMethodVariable,
+    CellVariable, ContainerMethodVariable, GeneratorVariable, NestedFunctionVariable, OpaqueCallableVariable,
+    OpaqueMethodVariable, TensorMethodVariable, UserFunctionVariable, UserMethodVariable,
 )
 from .variables.exceptions import rebuild_exception, with_chain
 from .variables.exit_stacks import ExitStackVariable
@@ -197,6 +197,8 @@ class BreakStateCodegen(ReturnCodegen):
             return f"{self.expr(value.tensor)}.{value.name}"
         if isinstance(value, OpaqueMethodVariable):
             return f"{self.expr(value.self_var)}.{value.name}"
+        if isinstance(value, ContainerMethodVariable):  # `lst.append` loaded for a call whose arguments break
+            return f"{self.expr(value.container)}.{value.name}"
         if isinstance(value, UserMethodVariable) and value.source is None \
                 and isinstance(value.fn, UserFunctionVariable):  # `obj.method` loaded for a call
             method = self.codegen.consts.ref(types.MethodType, "MethodType")

@@ -169,3 +169,17 @@ def test_partial_of_a_partial_is_flattened_and_its_members_read():
                 outer.keywords is outer.keywords)
 
     check_one_graph(nested, lambda i: (torch.randn(3),))
+
+
+def test_a_container_method_loaded_for_a_call_whose_argument_breaks():
+    def loaded(x):
+        items, table = [1], {}
+        items.append(print("break") or 2)
+        table.setdefault("k", print("break") or 3)
+        return x + 1, items, table
+
+    compiled, _ = compile_strict(loaded)
+    for _ in range(2):
+        x = torch.randn(3)
+        same(compiled(x), loaded(x))
+    assert surge.counters["fallbacks"] == 0
