@@ -166,6 +166,14 @@ class BreakStateCodegen(ReturnCodegen):
         self._building: set[int] = set()
         self._cells: dict[int, str | None] = {}
 
+    def const(self, value, hint="K"):
+        # A string, bytes or number written as a literal would be one object with every
+        # equal literal of the break code (the compiler merges them): handed over as the
+        # very object the trace holds, `is` and id() answer as they did before the break.
+        if type(value) in (str, bytes, float) or (type(value) is int and not -5 <= value <= 256):
+            return self.codegen.consts.ref(value, type(value).__name__)
+        return super().const(value, hint)
+
     def expr(self, value) -> str:
         if isinstance(value, _MUTABLE_VARIABLES) and value.source is None:
             name = self._built.get(id(value))

@@ -275,3 +275,17 @@ def _iterator_types(x):
 
 def test_iterators_of_constants_have_cpythons_types():
     one_graph(_iterator_types)
+
+
+def test_equal_strings_and_numbers_keep_their_identities_across_a_break():
+    def f(x, tail):
+        a = b = "xyzpdq"
+        c = a[:3] + tail
+        big, other = 10 ** 6, int("1000000")
+        print("break")  # a, b, c, big and other are handed to CPython here
+        return x + 1, a is b, a is c, a == c, id(a) == id(b), big is other, big == other
+
+    compiled = surge.compile(f, backend="eager")
+    for _ in range(2):
+        x = torch.randn(2)
+        same(compiled(x, "pdq"), f(x, "pdq"))
