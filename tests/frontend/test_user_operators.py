@@ -118,8 +118,21 @@ def inplace_through_iadd(x):
     return x * c.total
 
 
+class Blocked(Counter):
+    __iadd__ = None  # blocks `+=`, and with it the fallback to __add__
+
+
+def blocked_iadd(x):
+    c = Blocked()
+    try:
+        c += 2
+    except TypeError as e:
+        return x + 1, str(e)
+    return x - 1, None
+
+
 @pytest.mark.parametrize("program", [arithmetic, reflected_subclass_first, container_protocol, comparisons,
-                                     truth_from_len_and_bool, inplace_through_iadd])
+                                     truth_from_len_and_bool, inplace_through_iadd, blocked_iadd])
 def test_operator_on_objects_made_in_the_trace(program):
     check_one_graph(program, vec_args)
 
