@@ -183,3 +183,19 @@ def test_a_container_method_loaded_for_a_call_whose_argument_breaks():
         x = torch.randn(3)
         same(compiled(x), loaded(x))
     assert surge.counters["fallbacks"] == 0
+
+
+def test_a_defaultdict_from_the_caller_keeps_its_factory():
+    import collections
+
+    def reads(x, table):
+        table["missing"].append(1)  # made by the factory, as eager makes it
+        copied = table.copy()
+        return x + len(table["missing"]), copied.default_factory, type(copied).__name__, sorted(copied)
+
+    compiled, _ = compile_strict(reads)
+    for _ in range(2):
+        x = torch.randn(3)
+        mine, theirs = collections.defaultdict(list, a=[0]), collections.defaultdict(list, a=[0])
+        same(compiled(x, mine), reads(x, theirs))
+        assert mine == theirs

@@ -8,6 +8,7 @@ without one (values derived from trusted libraries) it only wraps.
 """
 from __future__ import annotations
 
+import collections
 import enum
 import functools
 import types
@@ -96,7 +97,12 @@ def wrap_value(tx, value, source):
             guards.dict_keys(source, type(value), keys)
         items = {k: wrap_value(tx, v, ItemSource(source, k) if source is not None else None)
                  for k, v in value.items()}
-        return DictVariable(items, source=source, cls=type(value))
+        var = DictVariable(items, source=source, cls=type(value))
+        if isinstance(value, collections.defaultdict) and value.default_factory is not None:
+            # Its factory makes missing entries (and its copies keep it): read, and guarded, through it.
+            var.default_factory = wrap_value(
+                tx, value.default_factory, AttrSource(source, "default_factory") if source is not None else None)
+        return var
     if type(value) in (set, frozenset):
         if not all(is_constant_value(v) for v in value):
             unsupported("a set input with non-constant elements")

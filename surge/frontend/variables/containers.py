@@ -260,6 +260,7 @@ class DictVariable(Variable):
         if k not in self.items:
             if self.default_factory is None:
                 raise_in_user_code(KeyError, repr(k), args=(k,))
+            self.check_mutable(tx)  # the entry the factory makes is a write (replayed into an input dict)
             self.items[k] = self.default_factory.call(tx, [], {})
         return self.items[k]
 
