@@ -276,12 +276,14 @@ class DictVariable(Variable):
             tx.side_effects.mutate_container(self)
 
     def is_constant(self):
-        return all(v.is_constant() for v in self.items.values())
+        # A defaultdict's factory is a value of its own: only one without a factory folds.
+        return self.default_factory is None and all(v.is_constant() for v in self.items.values())
 
     def as_constant(self):
         items = {k: v.as_constant() for k, v in self.items.items()}
-        # A Counter or OrderedDict folds as itself (its repr names its class); a defaultdict
-        # has a factory to carry and stays a dict.
+        # A Counter, OrderedDict or defaultdict folds as itself (its repr names its class).
+        if self.cls is collections.defaultdict:
+            return collections.defaultdict(None, items)
         return self.cls(items) if self.cls in (collections.Counter, collections.OrderedDict) else items
 
     def __repr__(self):
