@@ -38,6 +38,25 @@ DIFFERENCES: dict[str, dict[tuple[str, str], str]] = {
         ("DictTest.test_setdefault_atomic", "tensor_int"): _HASH_AT_BREAK,
         ("DictTest.test_setitem_atomic_at_resize", "tensor_int"): _HASH_AT_BREAK,
     },
+    "test_userlist": {
+        ("UserListTest.test_exhausted_iterator", "plain"):
+            "a list iterator alive at a graph break is handed to CPython as an iterator over the items still to "
+            "come: it does not see a later append to the list",
+    },
+    "test_ordered_dict": {
+        **{(f"{cls}.test_copying", "plain"):
+           "copy.copy/deepcopy/pickle of an OrderedDict (or subclass) with instance attributes made in the frame: "
+           "the attributes (and the subclass) are not kept" for cls in
+           ("CPythonOrderedDictTests", "CPythonOrderedDictSubclassTests", "PurePythonOrderedDictTests")},
+        **{(f"PurePythonOrderedDictTests.test_{name}", "plain"):
+           "the pure-Python OrderedDict of a freshly imported collections is another class than "
+           "collections.OrderedDict: folded and merged as a plain dict" for name in ("repr", "merge_operator")},
+        ("CPythonOrderedDictTests.test_sizeof_exact", "plain"):
+            "an OrderedDict's iterators are list iterators in the trace (sys.getsizeof of them differs)",
+    },
+    "test_defaultdict": {
+        ("TestDefaultDict.test_union", "plain"): "`|` of defaultdicts gives a plain dict: the factory is not carried",
+    },
     "test_itertools": {
         ("TestBasicOps.test_chain_setstate", "plain"): "itertools.chain.__setstate__ is not modelled",
     },
