@@ -262,3 +262,35 @@ def test_exit_receives_the_real_traceback_of_the_users_frame():
         x = torch.randn(2)
         same(compiled(x), _raises_in_with(x))
     assert compiled(x)[1] == (True, True, 4, "_raises_in_with")
+
+
+def _raises_in_exits(x, clear):
+    import contextlib
+
+    @contextlib.contextmanager
+    def raising(exc_type, clear_context):
+        try:
+            yield
+        except BaseException:
+            exc = exc_type()
+            try:
+                raise exc
+            finally:
+                if clear_context:
+                    exc.__context__ = None
+
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(raising(KeyError, False))
+            stack.enter_context(raising(ValueError, clear))
+            raise IndexError()
+    except KeyError as e:
+        inner = e.__context__
+        return x + 1, type(inner).__name__, type(inner.__context__).__name__ if inner is not None else None
+
+
+@pytest.mark.parametrize("clear", [False, True])
+def test_exit_stack_chains_contexts_as_exit_stack_does(clear):
+    compiled, _ = compile_strict(_raises_in_exits)
+    x = torch.randn(2)
+    same(compiled(x, clear), _raises_in_exits(x, clear))
