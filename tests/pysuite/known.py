@@ -9,7 +9,6 @@ of them tests with a hundred graph breaks on a loaded machine) are speed, not li
 """
 
 _ITERATOR_PICKLE = "__reduce__/__setstate__ of list iterators and reversed() are not modelled"
-_LIST_EQ_MUTATES = "list == list whose items' __eq__ empties the lists: CPython re-checks the lengths"
 _LRU_PURE = ("functools.lru_cache wrappers are traced through as pure functions, as torch.compile does: the cache's "
              "statistics, its hashing of the arguments and the body's side effects on a hit differ from eager")
 _DICT_ITERATOR_AT_BREAK = ("a dict iterator alive at a graph break in the loop body is handed to CPython as a list "
@@ -21,8 +20,6 @@ _HASH_AT_BREAK = ("a dict keyed by objects with a Python __hash__ is rebuilt by 
 
 DIFFERENCES: dict[str, dict[tuple[str, str], str]] = {
     "test_list": {
-        **{("ListTest.test_equal_operator_modifying_operand", v): _LIST_EQ_MUTATES
-           for v in ("plain", "graph", "tensor_int")},
         **{(f"ListTest.test_{name}_pickle", v): _ITERATOR_PICKLE
            for name in ("iterator", "reversed") for v in ("plain", "graph", "tensor_int")},
     },
