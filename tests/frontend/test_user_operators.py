@@ -175,3 +175,31 @@ def test_len_of_user_object_guards_what_it_reads():
         x = torch.randn(3)
         same(compiled(x, Empty(n)), scaled(x, Empty(n)))
     assert len(rec.graphs) == 2 and surge.counters["recompiles"] == 1 and surge.counters["graph_breaks"] == 0
+
+
+class Same:
+    def __eq__(self, other):
+        return isinstance(other, Same)
+
+    def __hash__(self):
+        return 7
+
+
+class Unhashable:
+    __hash__ = None
+
+
+def keys_by_value(x):
+    merged = {Same(), Same()}
+    try:
+        {Unhashable(): 1}
+    except TypeError as e:
+        error = str(e)
+    return x + len(merged), error
+
+
+def test_objects_with_their_own_hash_are_keys_as_cpython_hashes_them():
+    compiled, _ = compile_strict(keys_by_value)
+    for _ in range(2):
+        x = torch.randn(2)
+        same(compiled(x), keys_by_value(x))

@@ -110,11 +110,6 @@ DIFFERENCES: dict[str, dict[tuple[str, str], str]] = {
         ("CoroutineTests.test_duck_gen", "plain"):
             "types.coroutine over a generator-like object (a Mock): the wrapper CPython makes is not made",
     },
-    "test_statistics": {
-        **{(f"{cls}.test_hashability", "plain"):
-           "a set of objects with a Python __hash__/__eq__ made in the trace keys them by identity: equal objects "
-           "are not merged" for cls in ("TestNormalDistC", "TestNormalDistPython")},
-    },
     "test_itertools": {
         ("TestBasicOps.test_chain_setstate", "plain"): "itertools.chain.__setstate__ is not modelled",
     },

@@ -20,8 +20,24 @@ def _key_of(tx, var: Variable):
         return var.as_constant()
     key = getattr(var, "identity_key", None)
     if key is not None:
+        _check_hashed_by_identity(var)
         return key()
     unsupported(f"using {var} as a dict key or set element")
+
+
+def _check_hashed_by_identity(var: Variable) -> None:
+    """An object of a user class is a key by identity only when its class keeps object's
+    __hash__ and __eq__: one that defines them (equal objects are one key) is left to
+    CPython, and one that sets __hash__ to None (a dataclass) is unhashable."""
+    from .objects import NewObjectVariable, UserObjectVariable
+
+    if not isinstance(var, (NewObjectVariable, UserObjectVariable)):
+        return
+    cls = var.python_type()
+    if cls.__hash__ is None:
+        raise_in_user_code(TypeError, f"unhashable type: '{cls.__name__}'")
+    if cls.__hash__ is not object.__hash__ or cls.__eq__ is not object.__eq__:
+        unsupported(f"a {cls.__qualname__} as a dict key or set element (its class defines __hash__ or __eq__)")
 
 
 class BaseSequenceVariable(Variable):
