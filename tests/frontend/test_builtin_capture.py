@@ -322,3 +322,11 @@ def test_bound_methods_compare_by_function_and_object_and_immutables_use_their_o
                 items.append == [].append, items.append == items.pop, s, {Point(1, 2): "p"})
 
     check_one_graph(compared, lambda i: (torch.randn(3),))
+
+
+def test_sorted_with_a_key_is_stable_also_reversed():
+    def ranked(x):
+        pairs = [(1, "a"), (0, "b"), (1, "c"), (0, "d")]
+        return (x + 1, sorted(pairs, key=lambda p: p[0]), sorted(pairs, key=lambda p: p[0], reverse=True))
+
+    check_one_graph(ranked, lambda i: (torch.randn(3),))

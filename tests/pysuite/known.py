@@ -110,6 +110,11 @@ DIFFERENCES: dict[str, dict[tuple[str, str], str]] = {
         ("CoroutineTests.test_duck_gen", "plain"):
             "types.coroutine over a generator-like object (a Mock): the wrapper CPython makes is not made",
     },
+    "test_heapq": {
+        ("TestErrorHandlingPython.test_comparison_operator_modifiying_heap_two_heaps", "plain"):
+            "heappush with items whose __lt__ empties the other heap: the pure-Python heapq's IndexError is not "
+            "raised in the trace",
+    },
     "test_itertools": {
         ("TestBasicOps.test_chain_setstate", "plain"): "itertools.chain.__setstate__ is not modelled",
     },
