@@ -98,6 +98,9 @@ class ReversedIterator(LazyIterator):
         return [] if self.seq is None else self.seq.items[self.index::-1] if self.index >= 0 else []
 
 
+_END = object()  # no entry left (a key may be None)
+
+
 class KeyedIterator(LazyIterator):
     """An iterator over a dict (keys, values or items) or a set, which CPython stops with
     a RuntimeError once the container's size changed. Over a dict's entry table it walks
@@ -127,24 +130,24 @@ class KeyedIterator(LazyIterator):
         if isinstance(items, EntryTable):
             key = self._next_entry(items)
         else:
-            key = self.keys[self.index] if self.index < len(self.keys) else None
-            if key is not None and key not in items:
+            key = self.keys[self.index] if self.index < len(self.keys) else _END
+            if key is not _END and key not in items:
                 self.broken = True
                 raise_in_user_code(RuntimeError, f"{self.what} keys changed during iteration")
-        if key is None:
+        if key is _END:  # (None is a key like any other)
             return None
         self.index += 1
         return self._item(key, items)
 
     def _next_entry(self, items):
-        """The key at the first occupied position after the last one returned, or None."""
+        """The key at the first occupied position after the last one returned, or _END."""
         if items.version != self.version:  # inserted or deleted since: find the position again
             self.version = items.version
             self.keys = list(items)
             self.index = next((i for i, k in enumerate(self.keys) if items.positions[k] > self.position),
                               len(self.keys))
         if self.index >= len(self.keys):
-            return None
+            return _END
         if self.left == 0:
             self.broken = True
             raise_in_user_code(RuntimeError, f"{self.what} keys changed during iteration")
