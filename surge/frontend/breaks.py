@@ -43,8 +43,8 @@ from .variables.contexts import (
     BoundContextMethod, GeneratorContextVariable, GradModeContextVariable, ProfilerContextVariable,
 )
 from .variables.functions import (
-    CellVariable, GeneratorVariable, NestedFunctionVariable, OpaqueCallableVariable, OpaqueMethodVariable,
-    TensorMethodVariable, UserFunctionVariable, UserMethodVariable,
+    CellVariable, ContainerMethodVariable, GeneratorVariable, NestedFunctionVariable, OpaqueCallableVariable,
+    OpaqueMethodVariable, TensorMethodVariable, UserFunctionVariable, UserMethodVariable,
 )
 from .variables.exceptions import rebuild_exception, with_chain
 from .variables.exit_stacks import ExitStackVariable
@@ -166,6 +166,14 @@ class BreakStateCodegen(ReturnCodegen):
         self._building: set[int] = set()
         self._cells: dict[int, str | None] = {}
 
+    def const(self, value, hint="K"):
+        # A string, bytes or number written as a literal would be one object with every
+        # equal literal of the break code (the compiler merges them): handed over as the
+        # very object the trace holds, `is` and id() answer as they did before the break.
+        if type(value) in (str, bytes, float) or (type(value) is int and not -5 <= value <= 256):
+            return self.codegen.consts.ref(value, type(value).__name__)
+        return super().const(value, hint)
+
     def expr(self, value) -> str:
         if isinstance(value, _MUTABLE_VARIABLES) and value.source is None:
             name = self._built.get(id(value))
@@ -197,6 +205,8 @@ class BreakStateCodegen(ReturnCodegen):
             return f"{self.expr(value.tensor)}.{value.name}"
         if isinstance(value, OpaqueMethodVariable):
             return f"{self.expr(value.self_var)}.{value.name}"
+        if isinstance(value, ContainerMethodVariable):  # `lst.append` loaded for a call whose arguments break
+            return f"{self.expr(value.container)}.{value.name}"
         if isinstance(value, UserMethodVariable) and value.source is None \
                 and isinstance(value.fn, UserFunctionVariable):  # `obj.method` loaded for a call
             method = self.codegen.consts.ref(types.MethodType, "MethodType")
@@ -210,9 +220,10 @@ class BreakStateCodegen(ReturnCodegen):
             defaults = "(" + "".join(self.expr(d) + ", " for d in value.defaults) + ")"
             kwdefaults = "{" + ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.kwdefaults.items()) + "}"
             function = self._function(value.code, value.f_globals, value.qualname, defaults, kwdefaults, value.cells)
-            if not value.attrs:
+            attrs = value.metadata()
+            if not attrs:
                 return function
-            metadata = "{" + ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.attrs.items()) + "}"
+            metadata = "{" + ", ".join(f"{k!r}: {self.expr(v)}" for k, v in attrs.items()) + "}"
             return f"{self.codegen.consts.ref(with_metadata, 'with_metadata')}({function}, {metadata})"
         if isinstance(value, ExceptionVariable):  # raised or caught in the trace, re-raised by CPython
             cls = self.codegen.consts.ref(value.exc_type, value.exc_type.__name__)
@@ -269,10 +280,11 @@ class BreakStateCodegen(ReturnCodegen):
         if name:
             return name
         self._cells[id(cell)] = None  # being built
+        name = f"c{len(self._cells)}"  # numbered now: the cells its contents hold number after it
         maker = self.codegen.consts.ref(types.CellType, "CellType")
         contents = cell.contents()
         made = f"{maker}()" if contents is None else f"{maker}({self.expr(contents)})"
-        name = self._cells[id(cell)] = f"c{len(self._cells)}"
+        self._cells[id(cell)] = name
         return f"({name} := {made})"
 
     def fresh_generator(self, generator: GeneratorVariable) -> str:
@@ -288,7 +300,10 @@ class BreakStateCodegen(ReturnCodegen):
         keywords = code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
         args = [self.expr(frame.locals[n]) for n in positional]
         args += [f"{n}={self.expr(frame.locals[n])}" for n in keywords]
-        return f"{function}({', '.join(args)})"
+        made = f"{function}({', '.join(args)})"
+        if generator.names == {"__name__": code.co_name, "__qualname__": code.co_qualname}:
+            return made
+        return f"{self.codegen.consts.ref(with_metadata, 'with_metadata')}({made}, {generator.names!r})"
 
     def state(self, state: BreakState) -> str:
         return "(" + "".join(self.expr(v) + ", " for v in state.values) + ")"
@@ -298,7 +313,7 @@ class BreakStateCodegen(ReturnCodegen):
 # gets the same rebuilt object (an iterator shared by two locals advances once).
 # (Not exceptions: a name holding one in the break code would make a cycle through its
 # traceback, keeping the call's tensors alive.)
-_MUTABLE_VARIABLES = (ListVariable, DictVariable, SetVariable, NewObjectVariable, IteratorVariable)
+_MUTABLE_VARIABLES = (ListVariable, DictVariable, SetVariable, NewObjectVariable, IteratorVariable, NestedFunctionVariable)
 
 
 def make_closure(code, f_globals, qualname, defaults, kwdefaults, cells):

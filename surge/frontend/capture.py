@@ -34,7 +34,7 @@ from .codegen import EntryCodegen, generate_diagnosis, generate_entry
 from .dynamic_dims import DynamicDims, DynamicState, accepts_data_dependent_sizes, install_shape_guards
 from .number_tensors import StaticNumbersNeeded, has_numbers, numbers_for_backend
 from .shape_env import DataDependent
-from .global_state import functorch_transform_active, preserved_global_state
+from .global_state import functorch_transform_active, preserved_global_state, torch_function_mode_active
 from .interpreter import Frame
 from .interpreter.frame import StopForBreak
 from .reconstruct import ReturnCodegen, collect_tensor_outputs
@@ -257,12 +257,13 @@ def _restored_grad_mode(mode: bool):
 
 
 def _refuse_unmodeled_modes(tracer: Tracer) -> None:
-    """Inference mode and torch.func transforms change what ops compute; capture does
+    """Inference mode, torch.func transforms and TorchFunctionModes change what ops compute; capture does
     not model them. A frame called inside one runs eagerly, under a guard on it, so
     that later calls outside capture as usual. (The caller's autocast is modelled:
     variables/autocast.py.)"""
     modes = {"inference mode": torch.is_inference_mode_enabled,
-             "a torch.func transform": functorch_transform_active}
+             "a torch.func transform": functorch_transform_active,
+             "a TorchFunctionMode": torch_function_mode_active}
     for name, enabled in modes.items():
         if enabled():
             ref = tracer.consts.ref(enabled, enabled.__name__)
@@ -308,6 +309,19 @@ def _compile_graph(tracer: Tracer, fn, outputs: list, backend, skip_empty: bool)
     return gm, compiled
 
 
+def _one_writer_per_entry(output_index: dict):
+    """The expression writer of an entry's return value (or break state) and of its side
+    effects, one per generated entry: an object the trace made that both refer to (an
+    instance stored into a closure cell and passed on) is built once, named, and shared."""
+    writers: dict = {}
+
+    def writer(codegen) -> BreakStateCodegen:
+        if writers.get("codegen") is not codegen:
+            writers.update(codegen=codegen, writer=BreakStateCodegen(codegen, output_index))
+        return writers["writer"]
+    return writer
+
+
 def _finish_at_break(tracer: Tracer, fn, frame: Frame, stop: BreakPoint, backend, start) -> CacheEntry:
     """The entry of a frame split at a graph break: graph, side effects, then the break code."""
     state = BreakState(frame, frame.instructions[frame.ip].offset,
@@ -321,14 +335,15 @@ def _finish_at_break(tracer: Tracer, fn, frame: Frame, stop: BreakPoint, backend
     # Fail (and fall back) on a value that cannot be rebuilt before the backend sees the graph.
     BreakStateCodegen(EntryCodegen(ConstTable()), output_index).state(state)
     runner = BreakRunner(fn.__code__, fn.__globals__, state, stop.resume_caller)
+    writer = _one_writer_per_entry(output_index)
     gm, compiled = _compile_graph(tracer, fn, outputs, backend, skip_empty=True)
     counters["graph_breaks"] += 1
     logs.log("graph_breaks", f"graph break in {fn.__qualname__}: {stop.reason}")
     runner_name = tracer.consts.ref(runner, "run_break")
     source, run = generate_entry(
         tracer.guards, tracer.consts, input_sources=[source for source, _ in tracer.graph.inputs],
-        return_expr=lambda cg: BreakStateCodegen(cg, output_index).state(state),
-        effects=lambda cg: tracer.side_effects.statements(cg, BreakStateCodegen(cg, output_index).expr),
+        return_expr=lambda cg: writer(cg).state(state),
+        effects=lambda cg: tracer.side_effects.statements(cg, writer(cg).expr),
         compiled=compiled, counters=counters, hand_off=runner_name,
     )
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer), graph=gm,
@@ -354,10 +369,11 @@ def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
     # checks its guards and rebuilds the result.
     gm, compiled = _compile_graph(tracer, fn, outputs, backend, skip_empty=True)
     input_sources = [source for source, _ in tracer.graph.inputs]
+    writer = _one_writer_per_entry(output_index)
     source, run = generate_entry(
         tracer.guards, tracer.consts, input_sources=input_sources,
-        return_expr=lambda cg: BreakStateCodegen(cg, output_index).expr(result),
-        effects=lambda cg: tracer.side_effects.statements(cg, ReturnCodegen(cg, output_index).expr),
+        return_expr=lambda cg: writer(cg).expr(result),
+        effects=lambda cg: tracer.side_effects.statements(cg, writer(cg).expr),
         compiled=compiled, counters=counters,
     )
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer),

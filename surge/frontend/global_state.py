@@ -31,6 +31,12 @@ def functorch_transform_active() -> bool:
     return _functorch.maybe_current_level() is not None
 
 
+def torch_function_mode_active() -> bool:
+    """Whether a TorchFunctionMode is on torch's stack (a user's mode, ``torch.device``):
+    it changes what every op computes, so entries are guarded on this and capture refuses it."""
+    return torch._C._len_torch_function_stack() > 0
+
+
 class GlobalStateLeak(RuntimeError):
     """A capture changed torch's global state (restored before this is raised)."""
 

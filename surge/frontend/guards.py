@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .global_state import functorch_transform_active
+from .global_state import functorch_transform_active, torch_function_mode_active
 from .sources import ConstTable, Source
 from .variables.constant import is_numpy_scalar
 
@@ -194,6 +194,11 @@ class GuardSet:
         if not functorch_transform_active():
             self.add(None, "not functorch_transform_active()", "no torch.func transform is running",
                      actual=lambda _: "a torch.func transform is running")
+        # Nor a call under a TorchFunctionMode: the mode decides what each op does.
+        self.consts.values["torch_function_mode_active"] = torch_function_mode_active
+        if not torch_function_mode_active():
+            self.add(None, "not torch_function_mode_active()", "no TorchFunctionMode is active",
+                     actual=lambda _: "a TorchFunctionMode is active")
 
     def render(self) -> str:
         return "\n".join(g.text for g in self.guards)

@@ -8,7 +8,9 @@ exactly the structure eager returns.
 from __future__ import annotations
 
 import collections
+import functools
 import math
+import types
 
 from ..errors import Unsupported
 from .variables.base import Variable
@@ -17,10 +19,11 @@ from .dynamic_dims import symbolic_expression
 from .shape_env import is_symbolic
 from .variables.constant import ConstantVariable
 from .variables.dict_views import DictViewVariable
+from .variables.mapping_proxies import MappingProxyVariable
 from .variables.containers import (
     DictVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, key_variable,
 )
-from .variables.functions import UserFunctionVariable, UserMethodVariable
+from .variables.functions import PartialVariable, UserFunctionVariable, UserMethodVariable
 from .variables.objects import DICT_STORAGE_BASES, ClassVariable, NewObjectVariable, NNModuleVariable, PythonModuleVariable, UserObjectVariable
 from .variables.tensor import TensorVariable
 from .variables.tensor_subclasses import PLAIN_TENSOR_CLASSES, rewrap
@@ -64,8 +67,11 @@ def collect_tensor_outputs(value: Variable, outputs: list, seen: set, each=None)
     elif isinstance(value, SliceVariable):
         for item in (value.start, value.stop, value.step):
             each(item, outputs, seen)
-    elif isinstance(value, DictViewVariable):
-        each(value.dict, outputs, seen)
+    elif isinstance(value, (DictViewVariable, MappingProxyVariable)):
+        each(value.dict.owner or value.dict, outputs, seen)
+    elif isinstance(value, PartialVariable):
+        for item in (value.fn, *value.args, *value.kwargs.values()):
+            each(item, outputs, seen)
     elif isinstance(value, NewObjectVariable):
         for item in value.attrs.values():
             each(item, outputs, seen)
@@ -101,7 +107,9 @@ class ReturnCodegen:
                 items = "(" + "".join(self.const(v) + ", " for v in value.value) + ")"
                 if type(value.value) is tuple:
                     return items
-                return f"{self.codegen.consts.ref(type(value.value), type(value.value).__name__)}({items})"
+                cls = self.codegen.consts.ref(type(value.value), type(value.value).__name__)
+                # A namedtuple takes its fields one by one; other tuple subclasses take an iterable.
+                return f"{cls}(*{items})" if hasattr(type(value.value), "_fields") else f"{cls}({items})"
             return self.const(value.value, type(value.value).__name__)
         if isinstance(value, (TupleVariable, ListVariable, DictVariable, SetVariable)) and value.source is not None:
             # A container read from the inputs is returned as that same object
@@ -131,8 +139,12 @@ class ReturnCodegen:
                 return "frozenset()" if value.frozen else "set()"
             body = "{" + ", ".join(self.expr(v) for v in value.items.values()) + "}"
             return f"frozenset({body})" if value.frozen else body
-        if isinstance(value, DictViewVariable):
-            return f"{self.expr(value.dict)}.{value.part}()"
+        if isinstance(value, (DictViewVariable, MappingProxyVariable)):
+            # Of a dict, or of the storage of a dict subclass's object: over that object.
+            mapping = self.expr(value.dict.owner or value.dict)
+            if isinstance(value, DictViewVariable):
+                return f"{mapping}.{value.part}()"
+            return f"{self.codegen.consts.ref(types.MappingProxyType, 'MappingProxyType')}({mapping})"
         if isinstance(value, SliceVariable):
             return f"slice({self.expr(value.start)}, {self.expr(value.stop)}, {self.expr(value.step)})"
         if isinstance(value, NewObjectVariable):
@@ -147,6 +159,11 @@ class ReturnCodegen:
             return f"{builder}({cls}, {{{body}}}, {{{items}}}, {shared!r})"
         if value.source is not None:
             return self.codegen.value_of(value.source)
+        if isinstance(value, PartialVariable):  # made in the frame: made again over the same parts
+            partial = self.codegen.consts.ref(functools.partial, "partial")
+            args = "".join(f", {self.expr(a)}" for a in value.args)
+            kwargs = ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.kwargs.items())
+            return f"{partial}({self.expr(value.fn)}{args}, **{{{kwargs}}})"
         if isinstance(value, (NNModuleVariable, UserObjectVariable)):
             return self.codegen.consts.ref(value.obj, type(value.obj).__name__)
         if isinstance(value, ClassVariable):

@@ -46,14 +46,19 @@ class SideEffects:
         """Every symbolic value the replay writes (their tensors must be graph outputs)."""
         out = [v for _, _, _, v in self._stores.values()]
         for var in self._containers.values():
-            out.extend(var.items.values() if isinstance(var.items, dict) else var.items)
+            if _only_appended(var):
+                out.extend(var.appended)
+            else:
+                out.extend(var.items.values() if isinstance(var.items, dict) else var.items)
         return out
 
     def statements(self, codegen, expr) -> list[str]:
         lines = []
         for var in self._containers.values():
             target = codegen.value_of(var.source)
-            if isinstance(var.items, dict):
+            if _only_appended(var):  # its items were never read, nor guarded: added to, not replaced
+                lines.append(f"{target}.extend([{', '.join(expr(v) for v in var.appended)}])")
+            elif isinstance(var.items, dict):
                 body = ", ".join(f"{k!r}: {expr(v)}" for k, v in var.items.items())
                 lines += [f"new_items = {{{body}}}", f"{target}.clear()", f"{target}.update(new_items)"]
             else:
@@ -70,3 +75,7 @@ class SideEffects:
 
     def __bool__(self):
         return bool(self._containers or self._stores)
+
+
+def _only_appended(var) -> bool:
+    return getattr(var, "is_unread", None) is not None and var.is_unread()

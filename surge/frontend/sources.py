@@ -12,6 +12,7 @@ the parent's value.
 """
 from __future__ import annotations
 
+import gc
 import types
 import typing
 import weakref
@@ -329,6 +330,25 @@ class DictStorageSource:
 
     def expr(self, parent, consts):
         return f"{consts.ref(dict.__getitem__, 'dict_getitem')}({parent}, {self.key!r})"
+
+
+def proxied_mapping(proxy: types.MappingProxyType):
+    """The mapping a mappingproxy reads: CPython's proxy holds it as its one referent."""
+    (mapping,) = gc.get_referents(proxy)
+    return mapping
+
+
+@dataclass(frozen=True)
+class ProxiedMappingSource:
+    """The dict behind the mappingproxy ``parent`` (``d.keys().mapping`` made by CPython)."""
+
+    parent: Source
+
+    def name(self):
+        return f"<mapping of {self.parent.name()}>"
+
+    def expr(self, parent, consts):
+        return f"{consts.ref(proxied_mapping, 'proxied_mapping')}({parent})"
 
 
 def class_entry(cls: type, name: str):

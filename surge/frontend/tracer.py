@@ -166,7 +166,7 @@ class Tracer:
         frame = Frame(self, code, fn.f_globals, bound, cells, parent=self.current_frame,
                       name=getattr(fn, "qualname", code.co_name), is_generator=is_generator)
         if is_generator:
-            return GeneratorVariable(self, frame)
+            return GeneratorVariable(self, frame, *_function_names(fn))
         result = frame.run()
         return result
 
@@ -203,3 +203,12 @@ class Tracer:
         result = inner.call(self, args, kwargs)
         ctx.exit(self)
         return result
+
+
+def _function_names(fn) -> tuple:
+    """``fn.__name__`` and ``fn.__qualname__`` as the call sees them (a generator takes both)."""
+    real = getattr(fn, "fn", None)
+    if real is not None:  # a real function
+        return real.__name__, real.__qualname__
+    name = getattr(fn, "attrs", {}).get("__name__")
+    return (name.as_constant() if name is not None else None), getattr(fn, "qualname", None)

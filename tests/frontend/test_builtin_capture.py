@@ -4,11 +4,13 @@ tensors as dict keys, typing annotations and casts, function renaming, super() i
 classmethod, numpy integer scalars."""
 from __future__ import annotations
 
+import functools
 import typing
 from typing import Optional
 
 import numpy as np
 import pytest
+
 import torch
 from torch import Tensor
 
@@ -166,6 +168,82 @@ def test_function_renamed_before_a_graph_break_keeps_its_name():
     assert surge.counters["graph_breaks"] == 1 and surge.counters["fallbacks"] == 0
 
 
+def test_generator_names_follow_their_function_and_can_be_set():
+    def names(x, split):
+        def counting():
+            yield x + 1
+        counting.__name__ = "renamed"
+        gen = counting()
+        before = (gen.__name__, gen.__qualname__)
+        gen.__qualname__ = "Model.gen"
+        try:
+            gen.__name__ = 3
+        except TypeError as e:
+            error = str(e)
+        if split:
+            print("break")  # the unstarted generator is made again, with its names
+        return next(gen), before, gen.__name__, gen.__qualname__, error
+
+    compiled, _ = compile_strict(names)
+    for split in (False, True):
+        x = torch.randn(3)
+        same(compiled(x, split), names(x, split))
+    assert surge.counters["fallbacks"] == 0
+
+
+def test_wraps_on_functions_made_in_the_frame_keeps_every_attribute():
+    def decorated(x):
+        def scale(v: torch.Tensor) -> torch.Tensor:
+            """Doubles."""
+            return v * 2
+        scale.tag = "kept"
+
+        @functools.wraps(scale)
+        def wrapper(v):
+            return scale(v) + 1
+        return (wrapper(x), wrapper.__name__, wrapper.__doc__, wrapper.__wrapped__ is scale, wrapper.tag,
+                list(wrapper.__annotations__), wrapper.__module__, sorted(wrapper.__dict__))
+
+    check_one_graph(decorated, lambda i: (torch.randn(3),))
+
+    def kept_across_a_break(x):
+        def scale(v):
+            return v * 2
+
+        wrapper = functools.update_wrapper(lambda v: scale(v) + 1, scale)
+        wrapper.calls = 0
+        print("break")
+        wrapper.calls += 1
+        return wrapper(x), wrapper.__name__, wrapper.__wrapped__(x), wrapper.calls, wrapper.calls
+
+    compiled, _ = compile_strict(kept_across_a_break)
+    for _ in range(2):
+        x = torch.randn(3)
+        same(compiled(x), kept_across_a_break(x))
+    assert surge.counters["graph_breaks"] == 1 and surge.counters["fallbacks"] == 0
+
+
+def test_singledispatch_registered_by_annotation_in_the_frame():
+    def dispatched(x):
+        @functools.singledispatch
+        def describe(arg):
+            return "object"
+
+        @describe.register
+        def _(arg: int):
+            return "int"
+
+        @describe.register
+        def _(arg: torch.Tensor):
+            return "tensor"
+        return x + 1, describe(3), describe(x), describe("s")
+
+    compiled, _ = compile_strict(dispatched)
+    x = torch.randn(3)
+    same(compiled(x), dispatched(x))
+    assert surge.counters["fallbacks"] == 0
+
+
 class Config:
     scale = 2
 
@@ -212,3 +290,43 @@ def test_parameterized_builtin_types_are_constants():
     torch.testing.assert_close(out, x * 2)
     assert alias == dict[str, list[int]]
     assert surge.counters["fallbacks"] == 0 and surge.counters["graph_breaks"] == 0
+
+
+class Point(typing.NamedTuple):
+    x: int
+    y: int
+
+
+class Loud(str):
+    def __iadd__(self, other):
+        return "replaced"
+
+
+LOUD = Loud("1")
+
+
+class Anything:
+    def __eq__(self, other):
+        return True
+
+    def f(self):
+        pass
+
+
+def test_bound_methods_compare_by_function_and_object_and_immutables_use_their_own_iadd():
+    def compared(x):
+        a, b, items = Anything(), Anything(), []
+        s = LOUD
+        s += "4"
+        return (x + 1, a.f == a.f, a.f == b.f, a.f != a.f, items.append == items.append,
+                items.append == [].append, items.append == items.pop, s, {Point(1, 2): "p"})
+
+    check_one_graph(compared, lambda i: (torch.randn(3),))
+
+
+def test_sorted_with_a_key_is_stable_also_reversed():
+    def ranked(x):
+        pairs = [(1, "a"), (0, "b"), (1, "c"), (0, "d")]
+        return (x + 1, sorted(pairs, key=lambda p: p[0]), sorted(pairs, key=lambda p: p[0], reverse=True))
+
+    check_one_graph(ranked, lambda i: (torch.randn(3),))

@@ -97,6 +97,32 @@ def test_partial_objects_made_and_passed():
     check_one_graph(passed_in, lambda i: (torch.randn(3), functools.partial(scale, k=4.0)))
 
 
+def test_partial_returned_and_alive_where_a_torch_op_raises_inside_a_try():
+    def returned(x):
+        return functools.partial(torch.add, x * 2, alpha=3)
+
+    compiled, rec = compile_strict(returned)
+    x, y = torch.randn(3), torch.randn(3)
+    add = compiled(x)
+    assert type(add) is functools.partial and add.keywords == {"alpha": 3}
+    same(add(y), returned(x)(y))
+    assert len(rec.graphs) == 1
+
+    def caught(x):
+        join = functools.partial(torch.cat, dim=0)
+        try:
+            y = join([x, x.new_zeros(2, 5)])  # the sizes do not match: RuntimeError
+        except RuntimeError:
+            y = join([x, x]) * 2
+        return y
+
+    compiled, _ = compile_strict(caught)
+    for _ in range(2):
+        x = torch.randn(3, 4)
+        same(compiled(x), caught(x))
+    assert surge.counters["fallbacks"] == 0 and surge.counters["graph_breaks"] == 1
+
+
 def test_model_output_dict_methods():
     from transformers.utils import ModelOutput
 
@@ -112,3 +138,64 @@ def test_model_output_dict_methods():
                 [v for v in out.values()], [k for k, _ in out.items()], len(out))
 
     check_one_graph(model_output, lambda i: (torch.randn(3),))
+
+
+def test_closures_nested_in_closure_cells_at_a_break_keep_their_cells_apart():
+    def nested(x):
+        log = []
+
+        def inner():
+            log.append(1)
+            return log
+
+        def outer():
+            return inner()
+        print("break")  # both closures and both cells are rebuilt here
+        outer()
+        return x + 1, log, outer() is log, inner.__closure__[0].cell_contents is log
+
+    compiled, _ = compile_strict(nested)
+    for _ in range(2):
+        x = torch.randn(3)
+        same(compiled(x), nested(x))
+    assert surge.counters["fallbacks"] == 0
+
+
+def test_partial_of_a_partial_is_flattened_and_its_members_read():
+    def nested(x):
+        inner = functools.partial(torch.add, x)
+        outer = functools.partial(inner, alpha=2)
+        return (outer(x), outer.func is torch.add, outer.args[0] is x, outer.keywords, outer.args is outer.args,
+                outer.keywords is outer.keywords)
+
+    check_one_graph(nested, lambda i: (torch.randn(3),))
+
+
+def test_a_container_method_loaded_for_a_call_whose_argument_breaks():
+    def loaded(x):
+        items, table = [1], {}
+        items.append(print("break") or 2)
+        table.setdefault("k", print("break") or 3)
+        return x + 1, items, table
+
+    compiled, _ = compile_strict(loaded)
+    for _ in range(2):
+        x = torch.randn(3)
+        same(compiled(x), loaded(x))
+    assert surge.counters["fallbacks"] == 0
+
+
+def test_a_defaultdict_from_the_caller_keeps_its_factory():
+    import collections
+
+    def reads(x, table):
+        table["missing"].append(1)  # made by the factory, as eager makes it
+        copied = table.copy()
+        return x + len(table["missing"]), copied.default_factory, type(copied).__name__, sorted(copied)
+
+    compiled, _ = compile_strict(reads)
+    for _ in range(2):
+        x = torch.randn(3)
+        mine, theirs = collections.defaultdict(list, a=[0]), collections.defaultdict(list, a=[0])
+        same(compiled(x, mine), reads(x, theirs))
+        assert mine == theirs

@@ -2,6 +2,9 @@
 Python does: try/finally and bare ``raise`` re-raise the original exception (also
 across a graph break inside a handler), ``raise X from Y`` keeps ``__cause__``,
 ``__context__`` and ``__suppress_context__``, ``zip(strict=True)`` raises."""
+import traceback
+import types
+
 import pytest
 import torch
 
@@ -230,3 +233,64 @@ def test_a_key_error_of_a_lookup_carries_the_key():
     x = torch.randn(2)
     same(compiled(x, {"a": 1}), f(x, {"a": 1}))
     assert len(rec.graphs) == 1
+
+
+class _KeepsTraceback:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.seen = (type(tb) is types.TracebackType, tb is exc.__traceback__, tb.tb_lineno - _raises_in_with_line,
+                     traceback.extract_tb(tb)[-1].name)
+        return True
+
+
+def _raises_in_with(x):
+    keeper = _KeepsTraceback()
+    with keeper:
+        y = x + 1
+        raise ValueError("swallowed")
+    return y, keeper.seen
+
+
+_raises_in_with_line = _raises_in_with.__code__.co_firstlineno
+
+
+def test_exit_receives_the_real_traceback_of_the_users_frame():
+    compiled, _ = compile_strict(_raises_in_with)
+    for _ in range(2):
+        x = torch.randn(2)
+        same(compiled(x), _raises_in_with(x))
+    assert compiled(x)[1] == (True, True, 4, "_raises_in_with")
+
+
+def _raises_in_exits(x, clear):
+    import contextlib
+
+    @contextlib.contextmanager
+    def raising(exc_type, clear_context):
+        try:
+            yield
+        except BaseException:
+            exc = exc_type()
+            try:
+                raise exc
+            finally:
+                if clear_context:
+                    exc.__context__ = None
+
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(raising(KeyError, False))
+            stack.enter_context(raising(ValueError, clear))
+            raise IndexError()
+    except KeyError as e:
+        inner = e.__context__
+        return x + 1, type(inner).__name__, type(inner.__context__).__name__ if inner is not None else None
+
+
+@pytest.mark.parametrize("clear", [False, True])
+def test_exit_stack_chains_contexts_as_exit_stack_does(clear):
+    compiled, _ = compile_strict(_raises_in_exits)
+    x = torch.randn(2)
+    same(compiled(x, clear), _raises_in_exits(x, clear))

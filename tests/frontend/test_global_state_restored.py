@@ -107,3 +107,39 @@ def test_a_compiled_function_called_inside_torch_func_runs_eagerly_there():
     same(compiled(x), f(x))
     assert surge.counters["fallbacks"] == 1  # one entry: "inside a transform, run eagerly"
     assert torch._C._functorch.maybe_current_level() is None
+
+
+class TimesTen(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out * 10 if func is torch.add else out
+
+
+def _add_one(x):
+    return torch.add(x, 1) * 2
+
+
+def _mode_inside(x):
+    with TimesTen():
+        y = torch.add(x, 1)
+    return y + 1
+
+
+def test_a_torch_function_mode_around_a_compiled_call_runs_it_eagerly_there():
+    compiled = surge.compile(_add_one, backend="aot_eager", options={"warn_fallbacks": False})
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), _add_one(x))
+    with TimesTen():
+        expected = _add_one(x)
+        torch.testing.assert_close(compiled(x), expected)  # not the entry captured without the mode
+    torch.testing.assert_close(compiled(x), _add_one(x))
+    assert torch._C._len_torch_function_stack() == 0
+    assert surge.counters["graphs"] == 1 and surge.counters["fallbacks"] == 1
+
+
+def test_a_torch_function_mode_entered_inside_a_compiled_function():
+    compiled = surge.compile(_mode_inside, backend="aot_eager", options={"warn_fallbacks": False})
+    for _ in range(2):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x), _mode_inside(x))
+        assert torch._C._len_torch_function_stack() == 0

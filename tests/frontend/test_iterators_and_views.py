@@ -3,6 +3,7 @@ where Python fixes the answer (and breaks where it does not), compared with eage
 fresh inputs; each is captured whole (fullgraph=True, one graph)."""
 import copy
 import itertools
+import types
 
 import pytest
 import torch
@@ -212,3 +213,79 @@ def test_identity_of_equal_values_python_does_not_fix_breaks():
     same(compiled(x, "1000"), f(x, "1000"))
     with pytest.raises(surge.errors.Unsupported):
         compile_strict(f, fullgraph=True)[0](x, "1000")
+
+
+def _iterate_while_replacing(x, part, grows):
+    """A loop over a dict that deletes an entry and inserts one (the size unchanged):
+    CPython's iterator reaches the new entry, and raises once it reaches more entries
+    than the dict had when iteration began."""
+    d = {0: 0, 1: 1} if grows else {0: 0}
+    seen = []
+    try:
+        for item in getattr(d, part)():
+            seen.append(item)
+            key = max(d)
+            del d[key]
+            d[key + 10 if grows else key] = key
+    except RuntimeError as e:
+        return x + 1, seen, str(e), d
+    return x - 1, seen, None, d
+
+
+@pytest.mark.parametrize("part", ["keys", "values", "items"])
+@pytest.mark.parametrize("grows", [False, True])
+def test_dict_mutated_during_iteration_without_changing_size(part, grows):
+    one_graph(_iterate_while_replacing, part, grows)
+
+
+class Registry(dict):
+    pass
+
+
+def _proxies(x, cls, split):
+    d = cls()
+    by_view, made = d.keys().mapping, types.MappingProxyType(d)
+    before = (by_view == d, len(made))
+    d["w"] = x * 2
+    if split:
+        print("break")  # the proxies are rebuilt over the very dict
+    d["v"] = 1
+    return (x + 1, before, by_view == d, made == d, isinstance(made, types.MappingProxyType), len(by_view),
+            "w" in made, made["v"], list(by_view), by_view, made, d)
+
+
+@pytest.mark.parametrize("cls", [dict, Registry])
+@pytest.mark.parametrize("split", [False, True])
+def test_mapping_proxies_are_live_views_of_their_dict(cls, split):
+    compiled, _ = compile_strict(_proxies)
+    for _ in range(2):
+        x = torch.randn(3)
+        out, expected = compiled(x, cls, split), _proxies(x, cls, split)
+        same(out[:-3], expected[:-3])
+        for proxy in out[-3:-1]:
+            assert type(proxy) is types.MappingProxyType and proxy == out[-1] and list(proxy) == ["w", "v"]
+        out[-1]["late"] = 0  # a write to the dict is seen through both proxies
+        assert all("late" in proxy for proxy in out[-3:-1])
+    assert surge.counters["fallbacks"] == 0
+
+
+def _iterator_types(x):
+    return x + 1, [type(iter(v)).__name__ for v in ("abc", "🚀", b"ab", (1, 2), range(3), [1])]
+
+
+def test_iterators_of_constants_have_cpythons_types():
+    one_graph(_iterator_types)
+
+
+def test_equal_strings_and_numbers_keep_their_identities_across_a_break():
+    def f(x, tail):
+        a = b = "xyzpdq"
+        c = a[:3] + tail
+        big, other = 10 ** 6, int("1000000")
+        print("break")  # a, b, c, big and other are handed to CPython here
+        return x + 1, a is b, a is c, a == c, id(a) == id(b), big is other, big == other
+
+    compiled = surge.compile(f, backend="eager")
+    for _ in range(2):
+        x = torch.randn(2)
+        same(compiled(x, "pdq"), f(x, "pdq"))

@@ -89,3 +89,102 @@ def test_in_place_tensor_updates_of_inputs():
     x, buf = torch.randn(3), torch.zeros(2)
     assert compiled(x, buf) is x
     assert x[0] == 0 and torch.equal(buf, torch.ones(2))
+
+
+class Box:
+    pass
+
+
+SAVED = None
+
+
+def stores_what_it_returns(x):
+    global SAVED
+    box = Box()
+    box.value = x + 1
+    items = [x * 2]
+    SAVED = (box, items)
+    return box, items
+
+
+def test_an_object_made_in_the_frame_stored_and_returned_is_one_object():
+    global SAVED
+    compiled, rec = compile_strict(stores_what_it_returns)
+    for _ in range(2):
+        x = torch.randn(3)
+        box, items = compiled(x)
+        assert SAVED[0] is box and SAVED[1] is items
+        same(box.value, x + 1)
+        same(items[0], x * 2)
+    assert len(rec.graphs) == 1
+
+
+LOG = []
+
+
+class Logged(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        LOG.append(func.__name__)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def logs_through_an_override(x):
+    return (x * 2).sin()
+
+
+def appends_then_reads(x):
+    LOG.append("call")
+    return x + len(LOG), LOG
+
+
+def test_a_global_log_the_frame_only_appends_to_does_not_recompile_as_it_grows():
+    import surge
+
+    LOG.clear()
+    compiled, rec = compile_strict(logs_through_an_override)
+    x = torch.randn(3).as_subclass(Logged)
+    for calls in range(1, 5):
+        same(compiled(x).as_subclass(torch.Tensor), logs_through_an_override(x).as_subclass(torch.Tensor))
+        assert len(LOG) == 4 * calls and LOG[-4:] == LOG[:4]
+    LOG[:] = ["cleared between calls"]
+    compiled(x)
+    assert LOG[0] == "cleared between calls" and len(LOG) == 3
+    assert len(rec.graphs) == 1 and surge.counters["recompiles"] == 0
+
+
+def test_a_global_list_appended_then_read_is_guarded_on_what_was_read():
+    LOG.clear()
+    compiled, _ = compile_strict(appends_then_reads)
+    for _ in range(3):
+        x = torch.randn(3)
+        out, log = compiled(x)
+        assert log is LOG
+        same(out, x + len(LOG))
+    assert LOG == ["call"] * 3
+
+
+def _make_counter():
+    count = 0
+
+    class Counter:
+        def inc(self):
+            nonlocal count
+            count += 1
+            return count
+    return Counter()
+
+
+COUNTER = _make_counter()
+
+
+def counts_through_a_method(x):
+    return x + COUNTER.inc()
+
+
+def test_a_method_writing_its_nonlocal_cell_is_replayed_every_call():
+    compiled, rec = compile_strict(counts_through_a_method)
+    x = torch.zeros(2)
+    for expected in (1, 2, 3):
+        same(compiled(x), x + expected)
+    assert COUNTER.inc() == 4

@@ -463,3 +463,20 @@ def test_in_place_methods_return_the_subclass_object_itself(backend):
     assert actual[0] and actual[1] is b and actual[2] and actual[3] == "k"
     assert_same(actual[4], expected[4])
     assert_same(b, a)
+
+
+def _as_subclass_identities(x):
+    y = (x * 2).as_subclass(Inherits)
+    back = y.as_subclass(torch.Tensor)
+    again = y.as_subclass(Inherits)
+    return (back, type(back).__name__, type(again).__name__, y is again, back is y, again is y,
+            x.as_subclass(torch.Tensor) is x, [back][0] is back)
+
+
+def test_as_subclass_makes_a_new_object_each_call():
+    compiled, rec = compile_strict(_as_subclass_identities)
+    for x in (torch.randn(3), torch.randn(3).as_subclass(Inherits)):
+        out, expected = compiled(x), _as_subclass_identities(x)
+        torch.testing.assert_close(out[0], expected[0])
+        assert out[1:] == expected[1:]
+    assert surge.counters["graph_breaks"] == 0 and surge.counters["fallbacks"] == 0

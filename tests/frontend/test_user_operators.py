@@ -118,8 +118,21 @@ def inplace_through_iadd(x):
     return x * c.total
 
 
+class Blocked(Counter):
+    __iadd__ = None  # blocks `+=`, and with it the fallback to __add__
+
+
+def blocked_iadd(x):
+    c = Blocked()
+    try:
+        c += 2
+    except TypeError as e:
+        return x + 1, str(e)
+    return x - 1, None
+
+
 @pytest.mark.parametrize("program", [arithmetic, reflected_subclass_first, container_protocol, comparisons,
-                                     truth_from_len_and_bool, inplace_through_iadd])
+                                     truth_from_len_and_bool, inplace_through_iadd, blocked_iadd])
 def test_operator_on_objects_made_in_the_trace(program):
     check_one_graph(program, vec_args)
 
@@ -162,3 +175,31 @@ def test_len_of_user_object_guards_what_it_reads():
         x = torch.randn(3)
         same(compiled(x, Empty(n)), scaled(x, Empty(n)))
     assert len(rec.graphs) == 2 and surge.counters["recompiles"] == 1 and surge.counters["graph_breaks"] == 0
+
+
+class Same:
+    def __eq__(self, other):
+        return isinstance(other, Same)
+
+    def __hash__(self):
+        return 7
+
+
+class Unhashable:
+    __hash__ = None
+
+
+def keys_by_value(x):
+    merged = {Same(), Same()}
+    try:
+        {Unhashable(): 1}
+    except TypeError as e:
+        error = str(e)
+    return x + len(merged), error
+
+
+def test_objects_with_their_own_hash_are_keys_as_cpython_hashes_them():
+    compiled, _ = compile_strict(keys_by_value)
+    for _ in range(2):
+        x = torch.randn(2)
+        same(compiled(x), keys_by_value(x))

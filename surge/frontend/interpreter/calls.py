@@ -105,14 +105,16 @@ def _make_function(frame, inst):
     flags = inst.arg
     tx = frame.tracer
     cells = frame.pop().iterate(tx) if flags & 0x08 else []
-    if flags & 0x04:
-        frame.pop()  # annotations do not affect the call
+    annotations = None
+    if flags & 0x04:  # (name, value, name, value, ...): read back as __annotations__
+        flat = frame.pop().iterate(tx)
+        annotations = DictVariable({k.as_constant(): v for k, v in zip(flat[::2], flat[1::2])})
     kwdefaults = frame.pop() if flags & 0x02 else None
     kwdefaults = {} if kwdefaults is None else {k.as_constant(): kwdefaults.getitem(tx, k)
                                                  for k in kwdefaults.iterate(tx)}
     defaults = tuple(frame.pop().iterate(tx)) if flags & 0x01 else ()
     frame.push(NestedFunctionVariable(code, frame.f_globals, defaults, dict(kwdefaults), list(cells),
-                                      getattr(code, "co_qualname", code.co_name)))
+                                      getattr(code, "co_qualname", code.co_name), annotations))
 
 
 @opcode("BEFORE_WITH")

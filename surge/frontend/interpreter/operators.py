@@ -10,9 +10,11 @@ from ...errors import Unsupported
 from ..variables.base import Variable, raise_in_user_code, unsupported
 from ..variables.constant import ConstantVariable
 from ..variables.dict_views import DictViewVariable, as_set_operand, set_of_iterable, view_equal
+from ..variables.mapping_proxies import MappingProxyVariable
 from ..variables.containers import (
     BaseSequenceVariable, DictVariable, ListVariable, SetVariable, TupleVariable, _key_of,
 )
+from ..variables.functions import ContainerMethodVariable, UserFunctionVariable, UserMethodVariable
 from ..variables.objects import NewObjectVariable, ObjectVariable, call_python_dunder
 from .python_operators import user_binary_op, user_inplace_op, user_unary_op
 from ..variables.tensor import TensorVariable, record_op
@@ -90,6 +92,13 @@ def binary_op(tx, fn, a: Variable, b: Variable) -> Variable:
         return record_op(tx, "call_function", inplace_of, [a, b], {})
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         return record_op(tx, "call_function", fn, [a, b], {})
+    if inplace_of is not None and isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
+        # Immutable values: Python tries the left one's own in-place method (a str subclass
+        # may define __iadd__), then the plain operator; the in-place operator does both.
+        try:
+            return tx.wrap(fn(_arithmetic_value(a), _arithmetic_value(b)), None)
+        except Exception as e:
+            raise_in_user_code(type(e), str(e), args=e.args)
     if inplace_of is not None:
         if isinstance(a, ListVariable) and fn is operator.iadd:
             a.check_mutable(tx)
@@ -218,7 +227,8 @@ def is_same(a: Variable, b: Variable, tx=None) -> bool:
             raise error
         return False
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
-        return a.node is b.node
+        # One graph value may be several Python objects: as_subclass makes a new one each call.
+        return a.node is b.node and not (getattr(a, "own_object", False) or getattr(b, "own_object", False))
     key_a, key_b = getattr(a, "identity_key", None), getattr(b, "identity_key", None)
     if key_a is not None and key_b is not None:
         return key_a() == key_b()
@@ -229,6 +239,9 @@ def compare_equal(tx, a: Variable, b: Variable) -> bool:
     """Python's ``a == b`` where it must be a bool (``in``, ``index``, ``==`` on containers)."""
     if is_same(a, b, tx):
         return True
+    if isinstance(a, MappingProxyVariable) or isinstance(b, MappingProxyVariable):  # compares as its dict
+        return compare_equal(tx, a.dict if isinstance(a, MappingProxyVariable) else a,
+                             b.dict if isinstance(b, MappingProxyVariable) else b)
     views = view_equal(tx, a, b)
     if views is not None:
         return views
@@ -243,7 +256,21 @@ def compare_equal(tx, a: Variable, b: Variable) -> bool:
             and len(a.items) == len(b.items) and all(compare_equal(tx, x, y) for x, y in zip(a.items, b.items))
     if isinstance(a, DictVariable) and isinstance(b, DictVariable):
         return a.items.keys() == b.items.keys() and all(compare_equal(tx, a.items[k], b.items[k]) for k in a.items)
+    bound = _bound_methods_equal(tx, a, b)
+    if bound is not None:
+        return bound
     return _user_equal(tx, a, b)
+
+
+def _bound_methods_equal(tx, a: Variable, b: Variable) -> bool | None:
+    """Bound methods are equal when they bind one function to one object (``__self__``
+    compared by identity, never by its ``__eq__``); None when these are not both such."""
+    if isinstance(a, UserMethodVariable) and isinstance(b, UserMethodVariable) \
+            and isinstance(a.fn, UserFunctionVariable) and isinstance(b.fn, UserFunctionVariable):
+        return a.fn.fn is b.fn.fn and is_same(a.self_var, b.self_var, tx)
+    if isinstance(a, ContainerMethodVariable) and isinstance(b, ContainerMethodVariable):
+        return a.name == b.name and is_same(a.container, b.container, tx)
+    return None
 
 
 def _user_equal(tx, a: Variable, b: Variable) -> bool:

@@ -58,6 +58,8 @@ def _call(tx, var: Variable, name: str, args: list) -> Variable | None:
     name or it returned NotImplemented."""
     if not is_user_object(var):
         return None
+    if dunder_lookup(tx, _class_of(var), name) is None:  # `__iadd__ = None` blocks the operator
+        raise_in_user_code(TypeError, "'NoneType' object is not callable")
     result = call_python_dunder(tx, var, name, args)
     if result is None or (result.is_constant() and result.as_constant() is NotImplemented):
         return None

@@ -8,6 +8,7 @@ without one (values derived from trusted libraries) it only wraps.
 """
 from __future__ import annotations
 
+import collections
 import enum
 import functools
 import types
@@ -15,7 +16,7 @@ import weakref
 
 import torch
 
-from ..sources import AttrSource, ItemSource, PlainTensorSource, is_typing_form
+from ..sources import AttrSource, ItemSource, PlainTensorSource, ProxiedMappingSource, is_typing_form, proxied_mapping
 from ..wrappers import compiled_original
 from .base import unsupported
 from .autocast import wrap_autocast_object
@@ -27,7 +28,7 @@ from .functions import (
     CACHE_WRAPPER_TYPE, OpaqueCallableVariable, PartialVariable, UserFunctionVariable, UserMethodVariable,
     cached_function_variable, guarded_by_code,
 )
-from . import copies, cond, dataclass_rules, signatures  # noqa: F401  (register their rules)
+from . import copies, cond, dataclass_rules, mapping_proxies, signatures  # noqa: F401  (register their rules)
 from .objects import (
     ClassVariable, NNModuleVariable, PythonModuleVariable, UserObjectVariable, WeakRefVariable, is_torch_library_code,
     static_lookup,
@@ -64,6 +65,19 @@ def wrap_value(tx, value, source):
             guards.type_is(source, slice)
         return SliceVariable(*(wrap_value(tx, getattr(value, part), AttrSource(source, part) if source else None)
                                for part in ("start", "stop", "step")))
+    if type(value) is types.MappingProxyType and guards and type(proxied_mapping(value)) is dict:
+        # A proxy CPython made (at a graph break): live over its dict, which the trace reads.
+        from .mapping_proxies import MappingProxyVariable
+
+        guards.type_is(source, types.MappingProxyType)
+        return MappingProxyVariable(tx.wrap(proxied_mapping(value), ProxiedMappingSource(source)))
+    if type(value) is list and guards:
+        guards.type_is(source, list)
+
+        def read():  # on first use of the items: what they are, guarded
+            guards.length(source, list, len(value))
+            return [wrap_value(tx, v, ItemSource(source, i)) for i, v in enumerate(value)]
+        return ListVariable.unread(read, source)
     if type(value) in (tuple, list) or (isinstance(value, tuple) and hasattr(type(value), "_fields")) \
             or isinstance(value, torch.Size):
         if guards:
@@ -83,7 +97,12 @@ def wrap_value(tx, value, source):
             guards.dict_keys(source, type(value), keys)
         items = {k: wrap_value(tx, v, ItemSource(source, k) if source is not None else None)
                  for k, v in value.items()}
-        return DictVariable(items, source=source, cls=type(value))
+        var = DictVariable(items, source=source, cls=type(value))
+        if isinstance(value, collections.defaultdict) and value.default_factory is not None:
+            # Its factory makes missing entries (and its copies keep it): read, and guarded, through it.
+            var.default_factory = wrap_value(
+                tx, value.default_factory, AttrSource(source, "default_factory") if source is not None else None)
+        return var
     if type(value) in (set, frozenset):
         if not all(is_constant_value(v) for v in value):
             unsupported("a set input with non-constant elements")

@@ -569,9 +569,10 @@ def _sorted(tx, iterable, key=None, reverse=None):
         if not all(i.is_constant() for i in items):
             unsupported("sorted() of non-constant values")
         return ListVariable([ConstantVariable(v) for v in sorted((i.as_constant() for i in items), reverse=rev)])
-    keyed = [(key.call(tx, [i], {}).as_constant(), n, i) for n, i in enumerate(items)]
-    keyed.sort(key=lambda t: (t[0], t[1]), reverse=rev)
-    return ListVariable([i for _, _, i in keyed])
+    keyed = [(key.call(tx, [i], {}).as_constant(), i) for i in items]
+    # By the keys alone: Python's sort is stable, also reversed (equal keys keep their order).
+    keyed.sort(key=lambda t: t[0], reverse=rev)
+    return ListVariable([i for _, i in keyed])
 
 
 @builtin(map)

@@ -59,6 +59,10 @@ def _chain(tx, *iterables):
 def _partial(tx, fn, *args, **kwargs):
     from .functions import PartialVariable
 
+    if isinstance(fn, PartialVariable) and fn.source is None:
+        # CPython flattens partial(partial(f, a), b) into partial(f, a, b) (the inner one,
+        # made in the trace, has no attributes of its own).
+        return PartialVariable(fn.fn, [*fn.args, *args], {**fn.kwargs, **kwargs})
     return PartialVariable(fn, list(args), dict(kwargs))
 
 

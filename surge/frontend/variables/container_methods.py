@@ -33,14 +33,17 @@ def call_container_method(tx, container, name, args, kwargs):
 @rule(ListVariable, "append")
 def _append(tx, lst, value):
     lst.check_mutable(tx)
-    lst.items.append(value)
+    if not lst.append_unread([value]):
+        lst.items.append(value)
     return NONE
 
 
 @rule(ListVariable, "extend")
 def _extend(tx, lst, values):
     lst.check_mutable(tx)
-    lst.items.extend(values.iterate(tx))
+    new = values.iterate(tx) if values is not lst else list(lst.items)
+    if not lst.append_unread(new):
+        lst.items.extend(new)
     return NONE
 
 

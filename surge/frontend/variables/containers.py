@@ -7,6 +7,7 @@ the next issue captures.
 """
 from __future__ import annotations
 
+import collections
 import operator
 
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
@@ -19,8 +20,24 @@ def _key_of(tx, var: Variable):
         return var.as_constant()
     key = getattr(var, "identity_key", None)
     if key is not None:
+        _check_hashed_by_identity(var)
         return key()
     unsupported(f"using {var} as a dict key or set element")
+
+
+def _check_hashed_by_identity(var: Variable) -> None:
+    """An object of a user class is a key by identity only when its class keeps object's
+    __hash__ and __eq__: one that defines them (equal objects are one key) is left to
+    CPython, and one that sets __hash__ to None (a dataclass) is unhashable."""
+    from .objects import NewObjectVariable, UserObjectVariable
+
+    if not isinstance(var, (NewObjectVariable, UserObjectVariable)):
+        return
+    cls = var.python_type()
+    if cls.__hash__ is None:
+        raise_in_user_code(TypeError, f"unhashable type: '{cls.__name__}'")
+    if cls.__hash__ is not object.__hash__ or cls.__eq__ is not object.__eq__:
+        unsupported(f"a {cls.__qualname__} as a dict key or set element (its class defines __hash__ or __eq__)")
 
 
 class BaseSequenceVariable(Variable):
@@ -116,6 +133,42 @@ class TupleVariable(BaseSequenceVariable):
 
 
 class ListVariable(BaseSequenceVariable):
+    """A list; one read from the inputs may start unread: its length and items are guarded
+    only once the trace reads them (any use of ``items``), so a list the frame only
+    appends to (a log, a registry) does not recompile each call as it grows."""
+
+    _read = None  # reads (and guards) the input list's items, until first used
+    appended: tuple | list = ()  # what append/extend added while unread
+
+    @classmethod
+    def unread(cls, read, source):
+        var = cls.__new__(cls)
+        var.source = source
+        var._read = read
+        var.appended = []
+        return var
+
+    @property
+    def items(self):
+        if self._read is not None:
+            read, self._read = self._read, None
+            self._items = read() + self.appended
+        return self._items
+
+    @items.setter
+    def items(self, value):
+        self._items = value
+
+    def is_unread(self) -> bool:
+        return self._read is not None
+
+    def append_unread(self, values: list) -> bool:
+        """append/extend without reading the items, when they are still unread."""
+        if self._read is None:
+            return False
+        self.appended.extend(values)
+        return True
+
     def python_type(self):
         return list
 
@@ -131,12 +184,69 @@ class ListVariable(BaseSequenceVariable):
             tx.side_effects.mutate_container(self)
 
     def __repr__(self):
-        return f"ListVariable({self.items})"
+        return "ListVariable(unread)" if self.is_unread() else f"ListVariable({self.items})"
+
+
+class EntryTable(dict):
+    """A dict's entries as CPython's table holds them: a key inserted (not overwritten)
+    takes the next position, after every entry already there, and a deleted key's
+    position stays empty. An iterator walks these positions, so a key deleted and
+    inserted again during iteration is a new entry to it, as it is to CPython's.
+    (CPython compacts its table when it grows; that reshuffle is not modelled.)"""
+
+    def __init__(self, items=()):
+        super().__init__()
+        self.positions: dict = {}  # key -> position
+        self.next_position = 0
+        self.version = 0  # changes with every insertion and deletion
+        self.update(items)
+
+    def __setitem__(self, key, value):
+        if key not in self:
+            self.positions[key] = self.next_position
+            self.next_position += 1
+            self.version += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        super().__delitem__(key)
+        del self.positions[key]
+        self.version += 1
+
+    def pop(self, key, *default):
+        if key in self:
+            del self.positions[key]
+            self.version += 1
+        return super().pop(key, *default)
+
+    def popitem(self):
+        key, value = super().popitem()
+        del self.positions[key]
+        self.version += 1
+        return key, value
+
+    def clear(self):
+        super().clear()
+        self.positions.clear()
+        self.version += 1
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, other=(), **kwargs):
+        pairs = other.items() if isinstance(other, dict) else other
+        for key, value in [*pairs, *kwargs.items()]:
+            self[key] = value
+
+    def copy(self):
+        return EntryTable(self)
 
 
 class DictVariable(Variable):
     def __init__(self, items: dict, source=None, cls=dict):
-        self.items = dict(items)  # Python key -> Variable
+        self.items = EntryTable(items)  # Python key -> Variable
         self.source = source
         self.cls = cls
 
@@ -159,12 +269,14 @@ class DictVariable(Variable):
         return len(self.items)
 
     default_factory = None  # for collections.defaultdict
+    owner = None  # the object of a dict subclass whose own storage this is (NewObjectVariable)
 
     def getitem(self, tx, key: Variable):
         k = _key_of(tx, key)
         if k not in self.items:
             if self.default_factory is None:
                 raise_in_user_code(KeyError, repr(k), args=(k,))
+            self.check_mutable(tx)  # the entry the factory makes is a write (replayed into an input dict)
             self.items[k] = self.default_factory.call(tx, [], {})
         return self.items[k]
 
@@ -180,10 +292,15 @@ class DictVariable(Variable):
             tx.side_effects.mutate_container(self)
 
     def is_constant(self):
-        return all(v.is_constant() for v in self.items.values())
+        # A defaultdict's factory is a value of its own: only one without a factory folds.
+        return self.default_factory is None and all(v.is_constant() for v in self.items.values())
 
     def as_constant(self):
-        return {k: v.as_constant() for k, v in self.items.items()}
+        items = {k: v.as_constant() for k, v in self.items.items()}
+        # A Counter, OrderedDict or defaultdict folds as itself (its repr names its class).
+        if self.cls is collections.defaultdict:
+            return collections.defaultdict(None, items)
+        return self.cls(items) if self.cls in (collections.Counter, collections.OrderedDict) else items
 
     def __repr__(self):
         return f"DictVariable({self.items})"
@@ -255,15 +372,16 @@ class IteratorVariable(Variable):
     """An iterator over values known when it is made (strings, ranges, a user
     ``__iter__``'s results); iterators that advance lazily are in iterators.py."""
 
-    def __init__(self, items: list, error_at_end: tuple | None = None):
+    def __init__(self, items: list, error_at_end: tuple | None = None, kind: type | None = None):
         self.items = list(items)
         self.position = 0
         # (exception type, message) raised instead of stopping once the items run out
         # (``zip(..., strict=True)`` over iterables of unequal lengths).
         self.error_at_end = error_at_end
+        self.kind = kind  # the iterator type CPython makes (str_ascii_iterator, range_iterator, ...)
 
     def python_type(self):
-        return type(iter([]))
+        return self.kind or type(iter([]))
 
     def next(self):
         if self.position >= len(self.items):

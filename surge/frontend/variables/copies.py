@@ -63,7 +63,7 @@ def deep_copy(tx, value: Variable, memo: dict) -> Variable:
     if isinstance(value, DictVariable):
         new = memo[key] = DictVariable({}, cls=value.cls)
         new.default_factory = value.default_factory  # a defaultdict's, shared as copy does
-        new.items = {k: deep_copy(tx, v, memo) for k, v in value.items.items()}
+        new.items.update((k, deep_copy(tx, v, memo)) for k, v in value.items.items())
         return new
     if isinstance(value, SetVariable):
         copies = [deep_copy(tx, item, memo) for item in value.items.values()]

@@ -71,6 +71,10 @@ class DictViewVariable(Variable):
     def getattr(self, tx, name):
         if name == "isdisjoint" and self.is_set_like():
             return ViewMethodVariable(self, name)
+        if name == "mapping":  # a read-only live view of the dict itself
+            from .mapping_proxies import MappingProxyVariable
+
+            return MappingProxyVariable(self.dict)
         if hasattr(self.python_type(), name):
             unsupported(f"{self.python_type().__name__}.{name} in compiled code")
         raise AttributeMissing(name)

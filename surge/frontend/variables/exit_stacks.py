@@ -56,6 +56,7 @@ class ExitStackVariable(Variable):
         from .objects import ClassVariable
 
         received = exc is not None
+        frame_exc = exc  # what ExitStack.__exit__ finds being handled (sys.exc_info())
         suppressed = False
         pending: RaisedInUserCode | None = None
         while self.exits:
@@ -70,12 +71,28 @@ class ExitStackVariable(Variable):
             except RaisedInUserCode as raised:
                 new = exception_of(tx, raised)
                 if exc is not None and new is not exc:
-                    new.context = exc
+                    _fix_exception_context(new, exc, frame_exc)
                 pending = RaisedInUserCode(new.exc_type, raised.message, new)
                 exc = new
         if pending is not None:
             raise pending
         return ConstantVariable(received and suppressed)
+
+
+def _fix_exception_context(new, old, frame_exc) -> None:
+    """ExitStack's own rule for an exception an exit raised: the end of its context chain
+    that is the exception the stack received now points to the one it replaced; a chain
+    that ends in None or already reaches that one (a context the exit cleared) is kept."""
+    from .exceptions import ExceptionVariable
+
+    while True:
+        context = new.context
+        if not isinstance(context, ExceptionVariable) or context is old:
+            return
+        if context is frame_exc:
+            break
+        new = context
+    new.context = old
 
 
 class ExitStackMethodVariable(Variable):

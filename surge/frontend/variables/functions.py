@@ -8,7 +8,7 @@ import types
 
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .constant import NONE, ConstantVariable
-from .containers import IteratorVariable
+from .containers import DictVariable, EntryTable, IteratorVariable, TupleVariable
 from ..wrappers import compiled_original
 
 CO_VARARGS = inspect.CO_VARARGS
@@ -48,10 +48,10 @@ class CellVariable(Variable):
         return self._value
 
     def store(self, tx, value: Variable) -> None:
-        if self._lazy is not None and self.source is None:
-            unsupported("assigning a closure variable of a function that is not reachable from the inputs")
         if self.source is not None:
             tx.side_effects.store_cell(self.source, value)
+        elif self.real_cell is not None:  # a real cell the replay could not reach (read or not)
+            unsupported("assigning a closure variable of a function that is not reachable from the inputs")
         self._lazy = None
         self._value = value
 
@@ -157,6 +157,9 @@ class UserFunctionVariable(FunctionVariable):
         return tx.wrap(kwdefaults[name], DefaultSource(parent, name, kwonly=True) if parent else None)
 
     def getattr(self, tx, name):
+        stored = tx.side_effects.attribute(self.fn, name)
+        if stored is not None:
+            return stored
         if name in FUNCTION_DATA_ATTRIBUTES or name in FUNCTION_METADATA or name in getattr(self.fn, "__dict__", {}):
             # __module__, __doc__, __defaults__ and what decorators store (__wrapped__, ...):
             # read from the function object and guarded through it.
@@ -175,11 +178,21 @@ class UserFunctionVariable(FunctionVariable):
             raise AttributeMissing(name)
         return super().getattr(tx, name)
 
-    def closure_cells(self, tx):
-        from ..sources import ClosureSource
+    def setattr(self, tx, name, value):
+        if self.source is None or hasattr(types.FunctionType, name):  # its slots: __name__, __code__, ...
+            return super().setattr(tx, name, value)
+        # An entry of its __dict__ (a counter, a tag a decorator keeps): a side effect on the
+        # function object, replayed after the graph ran.
+        tx.side_effects.store_attribute(self.fn, self.source, name, value)
 
-        parent = self._child_source()
-        return [tx.cell_variable(cell, ClosureSource(parent, i, name) if parent else None)
+    def closure_cells(self, tx):
+        from ..sources import ClosureSource, ConstSource
+
+        # A function the trace holds as a constant (a class's method, whose identity is
+        # guarded there) has its cells read, guarded and written through that constant:
+        # a nonlocal it counts in changes between calls.
+        parent = self._child_source() or ConstSource(self.fn, f"fn<{self.fn.__qualname__}>")
+        return [tx.cell_variable(cell, ClosureSource(parent, i, name))
                 for i, (name, cell) in enumerate(zip(self.code.co_freevars, self.fn.__closure__ or ()))]
 
     def __repr__(self):
@@ -196,29 +209,64 @@ def guarded_by_code(fn) -> bool:
 class NestedFunctionVariable(FunctionVariable):
     """A function created by MAKE_FUNCTION during the trace (closures, lambdas, comprehensions)."""
 
-    def __init__(self, code, f_globals, defaults: tuple, kwdefaults: dict, cells: list, qualname: str):
+    def __init__(self, code, f_globals, defaults: tuple, kwdefaults: dict, cells: list, qualname: str,
+                 annotations=None):
         self.code = code
         self.f_globals = f_globals
         self.defaults = defaults
         self.kwdefaults = kwdefaults
         self.cells = cells
         self.qualname = qualname
-        # The metadata the trace set on it (``inner.__name__ = ...``, as decorators do).
+        self.annotations = annotations  # a DictVariable, made on first read when the code has none
+        # What the trace set on it: ``inner.__name__ = ...`` (as decorators do) and the
+        # entries of its __dict__ (``inner.tag = ...``, ``__wrapped__``), in the order set.
         self.attrs: dict[str, Variable] = {}
+        self.dict_entries = EntryTable()
 
     def getattr(self, tx, name):
         if name in self.attrs:
             return self.attrs[name]
+        if name in self.dict_entries:
+            return self.dict_entries[name]
+        if name == "__dict__":
+            view = DictVariable({})
+            view.items = self.dict_entries  # the same table: writes through it are attribute writes
+            return view
+        if name == "__module__":
+            return ConstantVariable(self.f_globals.get("__name__"))
+        if name == "__doc__":  # the compiler puts a function's docstring (or None) first among its constants
+            first = self.code.co_consts[0] if self.code.co_consts else None
+            return ConstantVariable(first if isinstance(first, str) else None)
+        if name == "__annotations__":
+            if self.annotations is None:
+                self.annotations = DictVariable({})
+            return self.annotations
+        if name == "__defaults__":
+            return TupleVariable(list(self.defaults)) if self.defaults else NONE
+        if not hasattr(types.FunctionType, name):  # an attribute nothing set (``__wrapped__``)
+            raise AttributeMissing(name)
         return super().getattr(tx, name)
 
     def setattr(self, tx, name, value):
-        if name not in FUNCTION_METADATA or not value.is_constant():
-            return super().setattr(tx, name, value)
-        if name in ("__name__", "__qualname__") and type(value.as_constant()) is not str:
+        if name in ("__name__", "__qualname__") and not (value.is_constant() and type(value.as_constant()) is str):
             raise_in_user_code(TypeError, f"{name} must be set to a string object")
         if name == "__qualname__":
             self.qualname = value.as_constant()
-        self.attrs[name] = value
+        if name in FUNCTION_METADATA:
+            self.attrs[name] = value
+        elif name == "__annotations__" and isinstance(value, DictVariable):
+            self.annotations = value
+        elif hasattr(types.FunctionType, name):  # __defaults__, __code__, __dict__, ...: slots surge does not model
+            super().setattr(tx, name, value)
+        else:
+            self.dict_entries[name] = value
+
+    def metadata(self) -> dict:
+        """What a rebuilt function must be given: the attributes the trace set on it."""
+        made = dict(self.attrs)
+        if self.annotations is not None:
+            made["__annotations__"] = self.annotations
+        return {**made, **self.dict_entries}
 
     def default(self, tx, index):
         return self.defaults[index]
@@ -319,12 +367,27 @@ class UserMethodVariable(Variable):
 class GeneratorVariable(IteratorVariable):
     """A generator made by calling a generator function in the trace; runs as it is iterated."""
 
-    def __init__(self, tx, frame):
+    def __init__(self, tx, frame, name: str | None = None, qualname: str | None = None):
         self.tx = tx
         self.frame = frame
+        # As the function that made it was named when it was called; settable on the generator.
+        self.names = {"__name__": name or frame.code.co_name,
+                      "__qualname__": qualname or getattr(frame.code, "co_qualname", frame.code.co_name)}
 
     def python_type(self):
         return types.GeneratorType
+
+    def setattr(self, tx, name, value):
+        if name not in self.names:
+            return super().setattr(tx, name, value)
+        if not (value.is_constant() and type(value.as_constant()) is str):
+            raise_in_user_code(TypeError, f"{name} must be set to a string object")
+        self.names[name] = value.as_constant()
+
+    def delattr(self, tx, name):
+        if name in self.names:
+            raise_in_user_code(TypeError, f"{name} must be set to a string object")
+        return super().delattr(tx, name)
 
     def truthy(self, tx):
         return True
@@ -351,6 +414,8 @@ class GeneratorVariable(IteratorVariable):
     def getattr(self, tx, name):
         if name in ("send", "throw", "close"):
             return GeneratorMethodVariable(self, name)
+        if name in self.names:
+            return ConstantVariable(self.names[name])
         return super().getattr(tx, name)
 
     def send(self, value):
@@ -440,6 +505,22 @@ class PartialVariable(Variable):
 
     def call(self, tx, args, kwargs):
         return self.fn.call(tx, [*self.args, *args], {**self.kwargs, **kwargs})
+
+    def getattr(self, tx, name):
+        # CPython's partial holds them as members: the same objects on every read (a write
+        # to ``keywords`` changes later calls).
+        if name == "func":
+            return self.fn
+        if name == "args":
+            if getattr(self, "_args", None) is None:
+                self._args = TupleVariable(list(self.args))
+            return self._args
+        if name == "keywords":
+            if getattr(self, "_keywords", None) is None:
+                self._keywords = DictVariable({})
+                self._keywords.items = self.kwargs
+            return self._keywords
+        return super().getattr(tx, name)
 
 
 class TensorMethodVariable(Variable):

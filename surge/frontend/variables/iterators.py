@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .base import raise_in_user_code, unsupported
 from .constant import ConstantVariable
-from .containers import IteratorVariable, TupleVariable, key_variable
+from .containers import EntryTable, IteratorVariable, TupleVariable, key_variable
 
 
 def iterator_of(tx, value) -> IteratorVariable:
@@ -27,7 +27,10 @@ def iterator_of(tx, value) -> IteratorVariable:
     make = getattr(value, "make_iterator", None)
     if make is not None:
         return make(tx)
-    return IteratorVariable(value.iterate(tx))
+    kind = None
+    if value.is_constant() and type(value.as_constant()) in (str, bytes, tuple, range):
+        kind = type(iter(value.as_constant()))
+    return IteratorVariable(value.iterate(tx), kind=kind)
 
 
 class LazyIterator(IteratorVariable):
@@ -95,9 +98,15 @@ class ReversedIterator(LazyIterator):
         return [] if self.seq is None else self.seq.items[self.index::-1] if self.index >= 0 else []
 
 
+_END = object()  # no entry left (a key may be None)
+
+
 class KeyedIterator(LazyIterator):
     """An iterator over a dict (keys, values or items) or a set, which CPython stops with
-    a RuntimeError once the container's size changed."""
+    a RuntimeError once the container's size changed. Over a dict's entry table it walks
+    the table's positions as CPython's does: an entry inserted after its position (a key
+    deleted and inserted again, the size unchanged) is reached, and reaching more entries
+    than the dict had at the start is "keys changed during iteration"."""
 
     def __init__(self, tx, container, part: str, kind: type, what: str):
         super().__init__(tx)
@@ -109,20 +118,43 @@ class KeyedIterator(LazyIterator):
         self.size = len(container.items)
         self.index = 0
         self.broken = False
+        self.left = self.size  # entries still expected (CPython's di_len)
+        self.position = -1  # the table position of the entry last returned
+        self.version = getattr(container.items, "version", None)
 
     def next(self):
         items = self.container.items
         if self.broken or len(items) != self.size:
             self.broken = True
             raise_in_user_code(RuntimeError, f"{self.what} changed size during iteration")
-        if self.index >= len(self.keys):
+        if isinstance(items, EntryTable):
+            key = self._next_entry(items)
+        else:
+            key = self.keys[self.index] if self.index < len(self.keys) else _END
+            if key is not _END and key not in items:
+                self.broken = True
+                raise_in_user_code(RuntimeError, f"{self.what} keys changed during iteration")
+        if key is _END:  # (None is a key like any other)
             return None
-        key = self.keys[self.index]
-        if key not in items:
-            self.broken = True
-            raise_in_user_code(RuntimeError, f"{self.what} keys changed during iteration")
         self.index += 1
         return self._item(key, items)
+
+    def _next_entry(self, items):
+        """The key at the first occupied position after the last one returned, or _END."""
+        if items.version != self.version:  # inserted or deleted since: find the position again
+            self.version = items.version
+            self.keys = list(items)
+            self.index = next((i for i, k in enumerate(self.keys) if items.positions[k] > self.position),
+                              len(self.keys))
+        if self.index >= len(self.keys):
+            return _END
+        if self.left == 0:
+            self.broken = True
+            raise_in_user_code(RuntimeError, f"{self.what} keys changed during iteration")
+        key = self.keys[self.index]
+        self.left -= 1
+        self.position = items.positions[key]
+        return key
 
     def _item(self, key, items):
         if self.part == "set":
@@ -137,6 +169,11 @@ class KeyedIterator(LazyIterator):
         items = self.container.items
         if len(items) != self.size:
             unsupported(f"an iterator over a {self.what} that changed size, at a graph break")
+        if isinstance(items, EntryTable):
+            keys = [k for k in items if items.positions[k] > self.position]
+            if len(keys) > self.left:
+                unsupported(f"an iterator over a {self.what} whose keys changed, at a graph break")
+            return [self._item(k, items) for k in keys]
         return [self._item(k, items) for k in self.keys[self.index:] if k in items]
 
 

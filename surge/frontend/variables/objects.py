@@ -400,6 +400,8 @@ class NewObjectVariable(Variable):
         self.cls = cls
         self.attrs: dict[str, Variable] = {}
         self.storage = storage
+        if storage is not None:  # a view or proxy of the storage is rebuilt over this object
+            storage.owner = self
 
     def python_type(self):
         return self.cls
@@ -419,7 +421,10 @@ class NewObjectVariable(Variable):
         if self.storage is not None and not isinstance(method, types.FunctionType):
             return self.storage.iterate(tx)
         if isinstance(method, types.FunctionType):
-            return bind_class_attribute(tx, self, self.cls, "__iter__", method).call(tx, [], {}).iterate(tx)
+            iterator = bind_class_attribute(tx, self, self.cls, "__iter__", method).call(tx, [], {})
+            if isinstance(iterator, NewObjectVariable):  # its own iterator (or another object's): __next__ runs
+                unsupported(f"iterating over {self}, an iterator written in Python")
+            return iterator.iterate(tx)
         unsupported(f"iterating over {self}")
 
     def length(self, tx):

@@ -453,7 +453,10 @@ def as_subclass(tx, tensor, cls: type):
     node_var = tensor
     if tensor.node.op == "placeholder":
         node_var = record_plain_op(tx, "call_method", "view_as", [tensor, tensor], {})
-    return TensorVariable(node_var.node, node_var.example, node_var.device, cls=cls)
+    made = TensorVariable(node_var.node, node_var.example, node_var.device, cls=cls)
+    # A Python object of its own over the same graph value: `is` tells it from the tensor it came from.
+    made.own_object = True
+    return made
 
 
 class subclass_dispatch_disabled:

@@ -1,12 +1,11 @@
 """An instance of a contextlib.ContextDecorator subclass defined in the frame, used
 as a decorator, must enter the context around each call (found by
-test_contextlib.TestContextDecorator.test_contextdecorator_as_mixin)."""
+test_contextlib.TestContextDecorator.test_contextdecorator_as_mixin). At the graph break
+the object made in the frame was built twice, once for the decorator's closure cell and
+once for the break state, so `__enter__` set the attribute on the other copy."""
 import contextlib
 
 import torch
-
-XFAIL = ("a user object reached through two closure cells (the decorator's `self`, the frame's `context`) is two "
-         "symbolic values: the attribute __enter__ sets through one is not seen through the other")
 
 
 def f(x, n):

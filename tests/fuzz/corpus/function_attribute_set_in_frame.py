@@ -1,11 +1,9 @@
-"""An attribute set on a function made in the frame is lost: setting it is a graph
-break, and the resume function gets the function rebuilt from its code, without
+"""An attribute set on a function made in the frame was lost: setting it was a graph
+break, and the resume function got the function rebuilt from its code, without
 the attribute (AttributeError in the user's program). functools.update_wrapper
 writes __name__, __wrapped__ and __dict__ this way (found by test_functools'
 TestUpdateWrapper / TestWraps and test_contextlib's test_contextmanager_attribs)."""
 import torch
-
-XFAIL = "a nested function alive at a break is rebuilt from its code: attributes set on it are dropped"
 
 
 def f(x, n):

@@ -1,5 +1,5 @@
 """A function that rebinds builtins.len (here to an lru_cache of it) and restores it
-in ``finally``: surge's own generated code calls the patched ``len`` (TypeError:
+in ``finally``: surge's own code, capturing the frame after the break, calls the patched ``len`` (TypeError:
 unhashable type 'dict'), that error reaches the user, and the ``finally`` never
 runs, so builtins.len stays patched (found by
 test_functools.TestLRUC.test_lru_reentrancy_with_len)."""
@@ -8,7 +8,8 @@ import functools
 
 import torch
 
-XFAIL = "surge's generated code looks builtins up at run time: a user's patch of len breaks it"
+XFAIL = ("surge's own modules (not its generated code, which keeps the builtins it was imported with) look "
+         "builtins up as they run, inside the user's call: a patched len breaks the capture")
 
 
 def f(x, n):

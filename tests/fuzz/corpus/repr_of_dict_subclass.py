@@ -1,12 +1,10 @@
-"""repr() and str() of a Counter or OrderedDict made in the frame give a plain
-dict's text ("{'a': 2}" for "Counter({'a': 2})"): str/repr fold the value through
-DictVariable.as_constant(), which drops the class (found by
+"""repr() and str() of a Counter or OrderedDict made in the frame gave a plain
+dict's text ("{'a': 2}" for "Counter({'a': 2})"): str/repr folded the value through
+DictVariable.as_constant(), which dropped the class (found by
 test_collections.TestCounter.test_basics and test_ordered_dict's test_repr)."""
 import collections
 
 import torch
-
-XFAIL = "DictVariable.as_constant() returns a plain dict, so repr() folds without the dict's class"
 
 
 def f(x, n):
