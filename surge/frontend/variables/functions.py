@@ -243,6 +243,9 @@ class NestedFunctionVariable(FunctionVariable):
             return self.annotations
         if name == "__defaults__":
             return TupleVariable(list(self.defaults)) if self.defaults else NONE
+        if name == "__type_params__" and hasattr(types.FunctionType, name):
+            # Python 3.12+: a function made by a plain ``def`` has none (functools.wraps copies them)
+            return TupleVariable([])
         if not hasattr(types.FunctionType, name):  # an attribute nothing set (``__wrapped__``)
             raise AttributeMissing(name)
         return super().getattr(tx, name)
@@ -256,6 +259,10 @@ class NestedFunctionVariable(FunctionVariable):
             self.attrs[name] = value
         elif name == "__annotations__" and isinstance(value, DictVariable):
             self.annotations = value
+        elif name == "__type_params__" and hasattr(types.FunctionType, name):
+            if not isinstance(value, TupleVariable):
+                raise_in_user_code(TypeError, "__type_params__ must be set to a tuple")
+            self.attrs[name] = value
         elif hasattr(types.FunctionType, name):  # __defaults__, __code__, __dict__, ...: slots surge does not model
             super().setattr(tx, name, value)
         else:
