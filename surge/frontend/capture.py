@@ -187,6 +187,7 @@ def _capture(fn, args, kwargs, options, backend, start, dynamic_state=None,
 def _capture_once(fn, args, kwargs, options, backend, start, dynamic_state, stop) -> CacheEntry:
     tracer = Tracer(options)
     tracer.dynamic = DynamicDims(options, dynamic_state, backend)
+    tracer.dynamic.env.user_location = tracer.user_location
     tracer.fresh_parameters = fresh_parameters(fn.__code__)
     grad_before = torch.is_grad_enabled()
     tracer.guards.global_state(grad_before, torch.get_default_dtype())

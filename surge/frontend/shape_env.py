@@ -74,6 +74,9 @@ class ShapeEnv:
         # Memo of simplify and static_value, emptied when a fact is recorded.
         self._simplified: dict = {}
         self._oblivious = 0
+        # () -> (file, line) of the user's code being traced: named where a decision on a
+        # symbol comes without a location of its own (a torch kernel asks for a number)
+        self.user_location = lambda: ("", 0)
 
     # ---- symbols ---------------------------------------------------------------
     def size_symbol(self, source, hint: int, reason: str, low=None, high=None):
@@ -670,7 +673,8 @@ class SizeNode:
     def guard_value(self, file="", line=0):
         if self.pytype is bool:
             return self.guard_bool(file, line)
-        value = self.env.specialize(self.expr, f"its value was needed as a Python number{_where(file, line)}")
+        where = _where(file, line) or _where(*self.env.user_location())
+        value = self.env.specialize(self.expr, f"its value was needed as a Python number{where}")
         return self.pytype(value)
 
     def guard_int(self, file="", line=0):

@@ -132,6 +132,11 @@ class Tracer:
     def stack_trace(self) -> str:
         return self.current_frame.stack_trace() if self.current_frame is not None else ""
 
+    def user_location(self) -> tuple:
+        """(file, line) of the instruction being traced, in the innermost frame."""
+        frame = self.current_frame
+        return (frame.code.co_filename, frame.lineno()) if frame is not None else ("", 0)
+
     def depth(self) -> int:
         depth, frame = 0, self.current_frame
         while frame is not None:

@@ -222,6 +222,26 @@ def test_kernel_backend_compiles_one_dynamic_graph(capsys, monkeypatch):
     assert "becomes symbolic" in err and "compiled per concrete sizes" not in err
 
 
+def test_a_size_specialized_for_its_value_names_the_users_line(capsys, monkeypatch):
+    """A loop over ``range(n)`` needs ``n`` as a number: the size is specialized, and the
+    dynamic log says at which line of the user's code."""
+    monkeypatch.setenv("SURGE_LOGS", "dynamic")
+
+    def f(x):
+        out = x
+        for i in range(x.shape[0]):
+            out = out + i
+        return out
+
+    line = f.__code__.co_firstlineno + 2
+    compiled = _compile(f, "eager")
+    for b in (3, 4):
+        x = torch.randn(b)
+        _close(compiled(x), f(x))
+    err = capsys.readouterr().err
+    assert f"specialized to 4: its value was needed as a Python number at {__file__}:{line}" in err
+
+
 def test_graph_inputs_are_symint_placeholders_as_dynamo_hands_them():
     seen = []
 
