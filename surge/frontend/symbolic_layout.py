@@ -26,6 +26,11 @@ def contiguous_in_order(env, sizes, strides, order) -> bool:
     why = "the tensor's layout"
     if any(_truth(env, s, "==", 0, why) for s in sizes):
         return True
+    return _dense_in(env, sizes, strides, order, why)
+
+
+def _dense_in(env, sizes, strides, order, why) -> bool:
+    """Each dim's stride the product of the sizes inside it, in ``order`` (size-1 dims skipped)."""
     expected = Expr.const(1)
     for d in order:
         if _truth(env, sizes[d], "==", 1, why):
@@ -66,14 +71,7 @@ def non_overlapping_and_dense(env, sizes, strides) -> bool:
         while j > 0 and _stride_before(env, sizes, strides, order[j], order[j - 1], why):
             order[j], order[j - 1] = order[j - 1], order[j]
             j -= 1
-    expected = Expr.const(1)
-    for d in order:
-        if _truth(env, sizes[d], "==", 1, why):
-            continue
-        if not env.assume(Rel("==", _expr(strides[d]) - expected), why):
-            return False
-        expected = expected * _expr(sizes[d])
-    return True
+    return _dense_in(env, sizes, strides, order, why)
 
 
 def _stride_before(env, sizes, strides, a, b, why) -> bool:
