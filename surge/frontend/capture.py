@@ -13,6 +13,7 @@ import dis
 import functools
 import os
 import time
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -187,7 +188,9 @@ def _capture(fn, args, kwargs, options, backend, start, dynamic_state=None,
 def _capture_once(fn, args, kwargs, options, backend, start, dynamic_state, stop) -> CacheEntry:
     tracer = Tracer(options)
     tracer.dynamic = DynamicDims(options, dynamic_state, backend)
-    tracer.dynamic.env.user_location = tracer.user_location
+    # weakly: the shape environment outlives the capture (its guards), the tracer must not
+    traced_location = weakref.WeakMethod(tracer.user_location)
+    tracer.dynamic.env.user_location = lambda: traced_location()() if traced_location() else ("", 0)
     tracer.fresh_parameters = fresh_parameters(fn.__code__)
     grad_before = torch.is_grad_enabled()
     tracer.guards.global_state(grad_before, torch.get_default_dtype())
