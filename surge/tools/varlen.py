@@ -96,7 +96,7 @@ def run_varlen(device: str, quick: bool = False, contenders=("eager", "torch.com
     names = tuple(contenders) + (("surge static",) if "surge" in contenders else ())
     results = {}
     for name, make in _compilers(names, backend).items():
-        torch._dynamo.reset()
+        _reset_torch_compile()
         surge.reset()
         surge.counters.reset()
         target = copy.deepcopy(model)
@@ -126,7 +126,7 @@ def run_varlen(device: str, quick: bool = False, contenders=("eager", "torch.com
 
             row["graphs"] = dynamo_counters["stats"]["unique_graphs"]
         results[name] = row
-    torch._dynamo.reset()
+    _reset_torch_compile()
     return {"device": device, "dtype": str(sizes.dtype).replace("torch.", ""), "batch": sizes.batch,
             "calls": sizes.calls, "lengths": lengths, "steady_length": sizes.steady_length,
             "model": dataclasses.asdict(sizes.config), "threads": torch.get_num_threads(), "results": results}
@@ -163,3 +163,10 @@ def varlen_main(args, device: str, contenders: tuple) -> int:
         print(f"surge bench: results differ from eager: {', '.join(wrong)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _reset_torch_compile() -> None:
+    """Forget torch.compile's compiled code between contenders, without importing Dynamo
+    when it has not run (an import would change how surge's own rows start up)."""
+    if "torch._dynamo" in sys.modules:
+        torch.compiler.reset()

@@ -78,18 +78,23 @@ def test_an_output_overwritten_by_a_later_replay_is_invalidated_and_a_clone_is_k
     assert stale_message(second) and "overwritten" in stale_message(second)
 
 
+def _training_step_matches(compiled, model, reference):
+    """One step of ``compiled`` (over ``model``) and of ``reference``: equal gradients."""
+    x = torch.randn(3, 8)
+    model.zero_grad(set_to_none=True)
+    reference.zero_grad(set_to_none=True)
+    compiled(x).square().sum().backward()
+    reference(x).square().sum().backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+
+
 def test_training_records_forward_and_backward_in_one_pool_and_grads_stay_out_of_it():
     model = _block()
     reference = _block()
     compiled, pool, made = _compiled(model)
     for _ in range(4):
-        x = torch.randn(3, 8)
-        model.zero_grad(set_to_none=True)
-        reference.zero_grad(set_to_none=True)
-        compiled(x).square().sum().backward()
-        reference(x).square().sum().backward()
-        for p, q in zip(model.parameters(), reference.parameters()):
-            torch.testing.assert_close(p.grad, q.grad)
+        _training_step_matches(compiled, model, reference)
     forward, backward = made
     assert forward.recorded is not None and backward.recorded is not None
     assert forward.recorded.saved and backward.recorded.sequence > forward.recorded.sequence
@@ -258,13 +263,7 @@ def test_a_reassigned_parameter_in_training_records_forward_and_backward_again()
             weight = torch.randn(8, 8)
             model[0].weight = torch.nn.Parameter(weight.clone())
             reference[0].weight = torch.nn.Parameter(weight.clone())
-        x = torch.randn(3, 8)
-        model.zero_grad(set_to_none=True)
-        reference.zero_grad(set_to_none=True)
-        compiled(x).square().sum().backward()
-        reference(x).square().sum().backward()
-        for p, q in zip(model.parameters(), reference.parameters()):
-            torch.testing.assert_close(p.grad, q.grad)
+        _training_step_matches(compiled, model, reference)
     forward, backward = made
     assert len(forward.variants) == 2 and len(backward.variants) == 2
     assert surge.counters["cudagraphs_recorded"] == 4

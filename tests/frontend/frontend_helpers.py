@@ -49,3 +49,18 @@ def same(actual, expected):
             same(actual[k], expected[k])
     else:
         assert actual == expected, (actual, expected)
+
+
+def check_outcome(fn, outcome, *args):
+    """``fn`` compiled (backend eager) returns what eager returns, or raises what it raises
+    as ``outcome(fn, *args)`` describes it, on two calls; returns eager's outcome."""
+    compiled = surge.compile(fn, backend="eager")
+    expected = outcome(fn, *args)
+    for _ in range(2):
+        actual = outcome(compiled, *args)
+        assert actual[0] == expected[0], (actual, expected)
+        if expected[0] == "returned":
+            same(actual[1], expected[1])
+        else:
+            assert actual == expected
+    return expected

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import surge
-from frontend_helpers import compile_strict, same
+from frontend_helpers import check_outcome, compile_strict, same
 
 
 def outcome(fn, *args):
@@ -19,15 +19,7 @@ def outcome(fn, *args):
 
 
 def check(fn, *args):
-    compiled = surge.compile(fn, backend="eager")
-    expected = outcome(fn, *args)
-    for _ in range(2):
-        actual = outcome(compiled, *args)
-        assert actual[0] == expected[0], (actual, expected)
-        if expected[0] == "returned":
-            same(actual[1], expected[1])
-        else:
-            assert actual == expected
+    return check_outcome(fn, outcome, *args)
 
 
 def one_graph(fn, *args):
