@@ -173,9 +173,12 @@ def _like_kwargs(self, dtype, device):
                 device=device if device is not None else self.device)
 
 
+# Factories are called through their overload (``aten.full.default``), not the packet: a
+# packet call tries each overload in turn, and on torch 2.11 one with an ``int[]`` size
+# (``full.names``) reads symbolic sizes as Python ints first, specializing them.
 @register_decomposition(aten.fill.Scalar)
 def _fill_scalar(self, value):
-    return aten.full(list(self.shape), value, dtype=self.dtype, device=self.device)
+    return aten.full.default(list(self.shape), value, dtype=self.dtype, device=self.device)
 
 
 @register_decomposition(aten.fill.Tensor)
@@ -186,13 +189,13 @@ def _fill_tensor(self, value):
 
 @register_decomposition(aten.zero.default)
 def _zero(self):
-    return aten.full(list(self.shape), 0, dtype=self.dtype, device=self.device)
+    return aten.full.default(list(self.shape), 0, dtype=self.dtype, device=self.device)
 
 
 @register_decomposition(aten.full_like.default)
 def _full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None,
                memory_format=None):
-    return aten.full(list(self.shape), fill_value, **_like_kwargs(self, dtype, device))
+    return aten.full.default(list(self.shape), fill_value, **_like_kwargs(self, dtype, device))
 
 
 @register_decomposition(aten.empty_like.default)
@@ -201,7 +204,7 @@ def _empty_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, 
     # tensor viewable like eager's (which also picks a dense layout).
     stride = self.stride() if memory_format in (None, torch.preserve_format) and _is_dense(self) else None
     if stride is None:
-        return aten.full(list(self.shape), 0, **_like_kwargs(self, dtype, device))
+        return aten.full.default(list(self.shape), 0, **_like_kwargs(self, dtype, device))
     return aten.empty_strided(list(self.shape), list(stride), **_like_kwargs(self, dtype, device))
 
 

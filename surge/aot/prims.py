@@ -159,7 +159,7 @@ def _iota(length, *, start, step, dtype, device, requires_grad):
 
 @rule("full")
 def _full(shape, fill_value, *, dtype, device, requires_grad):
-    return aten.full(list(shape), fill_value, dtype=dtype, device=device)
+    return aten.full.default(list(shape), fill_value, dtype=dtype, device=device)
 
 
 @rule("scalar_tensor")

@@ -46,6 +46,21 @@ def test_mlp_over_batch_sizes_compiles_twice(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_factories_shaped_like_a_symbolic_tensor_keep_it_symbolic(backend):
+    # full_like / zeros_like / fill_ decompose to full over the symbolic shape: T5's
+    # relative-position buckets (torch.full_like over a (q, k) tensor) do this every layer.
+    def buckets(x):
+        capped = torch.minimum(x, torch.full_like(x, 7))
+        return capped + torch.zeros_like(x) + x.clone().fill_(2)
+
+    compiled = _compile(buckets, backend)
+    for n in range(3, 9):
+        x = torch.randint(0, 12, (n, n + 1))
+        _close(compiled(x), buckets(x))
+    assert _graphs_and_recompiles() == (2, 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_attention_over_sequence_lengths(backend):
     qkv = torch.nn.Linear(16, 48)
 
