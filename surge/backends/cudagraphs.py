@@ -184,16 +184,19 @@ class RecordedGraph:
 class CudaGraphed:
     """An Executable run as a CUDA graph: warmup, record, replay (the module docstring)."""
 
-    def __init__(self, executable, pool: GraphPool):
+    def __init__(self, executable, pool: GraphPool, numbers_fixed: bool = False, site=None):
         self.executable = executable
         self.pool = pool
+        # Every call brings the same number inputs (``RecordedPerSize`` keys calls by them),
+        # so a recording may hold them as the constants they are.
+        self.numbers_fixed = numbers_fixed
         self.warmed = False
         self.first_inputs: list = []    # (weak reference, address) of the warmup call's inputs
         self.recorded: RecordedGraph | None = None   # the recording calls replay
         self.variants: list[RecordedGraph] = []      # every recording, one per set of parameter addresses
         self.not_recorded: str | None = None    # why it runs in the default mode
         self._announced: set = set()
-        self.site = fallbacks.current_site()
+        self.site = site or fallbacks.current_site()   # the user code it was compiled for
 
     def __getattr__(self, name):   # the Executable's description (launches, artifact, ...)
         if name == "executable":   # not set yet (while unpickling)
@@ -261,18 +264,18 @@ class CudaGraphed:
             return self._give_up(args, f"{graphs} graphs recorded for {pool.name} already "
                                        f"(cudagraph_max_records={pool.max_records}, e.g. one per input size)")
         numbers = [k for k, a in enumerate(args) if not isinstance(a, torch.Tensor)]
-        if numbers:
+        if numbers and not self.numbers_fixed:
             return self._give_up(args, f"it takes non-tensor inputs at positions {numbers}")
         in_place, copied = self._classify(args, moved)
-        reason = why_not_recorded(self.executable, args, {k for k, _ in enumerate(args)} - {p for p, _, _ in in_place},
-                                  pool.recorder.device_type)
+        reason = why_not_recorded(self.executable, args, set(copied), pool.recorder.device_type)
         if reason:
             return self._give_up(args, reason)
         copies = [(k, StaticInput(args[k])) for k in copied]
         static_args = list(args)
         for k, static in copies:
             static_args[k] = static.buffer
-        device = next(a.device for a in args) if args else _constant_device(self.executable)
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None) or \
+            _constant_device(self.executable)
         if pool.handle is None or not pool.recordings:
             # a fresh pool once every recording of the last one is gone: torch's allocator
             # frees a pool whose graphs are all released and refuses new captures into it
@@ -309,6 +312,8 @@ class CudaGraphed:
         from_pool, state = self.pool.static_storages(), self.pool.state_storages()
         in_place, copied = [], []
         for k, a in enumerate(args):
+            if not isinstance(a, torch.Tensor):
+                continue   # a number of a recording per size: a constant of it
             storage = a.untyped_storage().data_ptr()
             if storage in from_pool:
                 in_place.append((k, a.data_ptr(), POOL))
@@ -389,6 +394,45 @@ class CudaGraphed:
         logs.log("cudagraphs", message)
 
 
+class RecordedPerSize:
+    """A graph compiled for symbolic sizes, in the mode: one recording holds the launches
+    of one size, so calls are keyed by their sizes (every tensor input's shape and the
+    number inputs, which are sizes or values of them) and each key is a ``CudaGraphed`` of
+    its own: it warms up, records at its second call and replays, in the compiled
+    function's pool. The pool's bound (``cudagraph_max_records``) caps the recordings;
+    sizes beyond it run in the default mode, as do calls once ``MAX_SIZES`` keys were seen
+    (a number input that changes at every call would otherwise grow the table)."""
+
+    MAX_SIZES = 64
+
+    def __init__(self, executable, pool: GraphPool):
+        self.executable = executable
+        self.pool = pool
+        self.per_size: dict[tuple, CudaGraphed] = {}
+        self.site = fallbacks.current_site()
+
+    def __getattr__(self, name):   # the Executable's description (launches, artifact, ...)
+        if name == "executable":   # not set yet (while unpickling)
+            raise AttributeError(name)
+        return getattr(self.executable, name)
+
+    def __call__(self, *args):
+        return self.call_boxed(list(args))
+
+    def call_boxed(self, args: list):
+        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        graphed = self.per_size.get(key)
+        if graphed is None:
+            if len(self.per_size) >= self.MAX_SIZES:
+                logs.info_once(f"cudagraphs:sizes:{id(self)}", f"surge: {self.MAX_SIZES} sizes of a graph compiled "
+                                                               "for symbolic sizes seen: further sizes run in the "
+                                                               "default mode")
+                return self.executable.call_boxed(args)
+            graphed = self.per_size[key] = CudaGraphed(self.executable, self.pool, numbers_fixed=True,
+                                                                 site=self.site)
+        return graphed.call_boxed(args)
+
+
 def _in_place_inputs_match(recorded: RecordedGraph, args: list) -> bool:
     """Whether every input ``recorded`` reads in place is where it was recorded."""
     return _pointers_equal(args, recorded.pointer_table, recorded.positions)
@@ -450,13 +494,12 @@ def for_mode(compiled, config, device: torch.device, pool_of):
 
     if not config.cudagraphs or not isinstance(compiled, Executable):
         return compiled   # (a SizeVariants of symbolic sizes is no Executable either)
-    if _symbolic(compiled):   # one recording serves one size: such a graph runs in the default mode
-        logs.log("cudagraphs", "a graph compiled for symbolic sizes runs in the default mode")
-        return compiled
     pool = pool_of()
     if device.type != pool.recorder.device_type:
         note_not_cuda(device)
         return compiled
+    if _symbolic(compiled):   # one recording serves one size
+        return RecordedPerSize(compiled, pool)
     return CudaGraphed(compiled, pool)
 
 

@@ -17,8 +17,9 @@ import torch
 from surge.aot import aot_compile
 from surge.aot.boxed import boxed_graph_runner
 from surge.backends.cudagraph_recorder import Recording
-from surge.backends.cudagraphs import CudaGraphed, GraphPool
+from surge.backends.cudagraphs import CudaGraphed, GraphPool, RecordedPerSize
 from surge.backends.executable import Executable
+from surge.backends.size_variants import has_symbolic_sizes
 
 
 def _alias(t: torch.Tensor) -> torch.Tensor:
@@ -112,12 +113,16 @@ def executable_of(gm: torch.fx.GraphModule) -> Executable:
                       saved_outputs_from=saved_from)
 
 
-def fake_backend(pool: GraphPool, made: list | None = None):
+def fake_backend(pool: GraphPool, made: list | None = None, symbolic: bool = False):
     """A backend for ``surge.compile``: surge's aot layer, each ATen graph an
-    ``executable_of`` it wrapped for CUDA graphs in ``pool``; ``made`` collects the wrappers."""
+    ``executable_of`` it wrapped for CUDA graphs in ``pool``; ``made`` collects the wrappers.
+    ``symbolic``: it takes graphs of symbolic sizes and records them per size, as the
+    kernel backends do; else the frontend compiles one graph per size."""
 
     def compiler(gm, example_inputs):
-        wrapper = CudaGraphed(executable_of(gm), pool)
+        executable = executable_of(gm)
+        per_size = symbolic and has_symbolic_sizes(gm)
+        wrapper = RecordedPerSize(executable, pool) if per_size else CudaGraphed(executable, pool)
         if made is not None:
             made.append(wrapper)
         return wrapper
@@ -125,7 +130,7 @@ def fake_backend(pool: GraphPool, made: list | None = None):
     def backend(gm, example_inputs):
         return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler)
 
-    backend.accepts_symbolic_sizes = False   # as the kernel backends: one graph per size
+    backend.accepts_symbolic_sizes = symbolic
     return backend
 
 

@@ -202,6 +202,28 @@ def test_distinct_sizes_record_up_to_the_bound_then_run_in_the_default_mode(capf
     assert capfd.readouterr().err.count("not recorded") == 1
 
 
+def test_a_graph_of_symbolic_sizes_is_recorded_once_per_size_up_to_the_bound(capfd, monkeypatch):
+    monkeypatch.setenv("SURGE_LOGS", "cudagraphs")
+
+    def f(x):
+        return (x * 3).sin() + x.shape[0]
+
+    pool, made = new_pool(max_records=2), []
+    compiled = surge.compile(f, backend=fake_backend(pool, made, symbolic=True), dynamic=True)
+    for n in (2, 2, 2, 3, 3, 3, 2, 4, 4, 4, 3):
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled(x), f(x))
+    wrapper, = made                  # one graph, for every size
+    assert isinstance(wrapper, cudagraphs.RecordedPerSize)
+    by_size = {next(k[0] for k in key if isinstance(k, tuple)): graphed for key, graphed in wrapper.per_size.items()}
+    assert sorted(by_size) == [(2,), (3,), (4,)]
+    assert by_size[(2,)].recorded is not None and by_size[(3,)].recorded is not None
+    assert "cudagraph_max_records=2" in by_size[(4,)].not_recorded    # the pool's bound holds per size too
+    # sizes 2 and 3: warmup, record + replay, replay; then one more replay each
+    assert surge.counters["cudagraphs_recorded"] == 2 and surge.counters["cudagraphs_replayed"] == 6
+    assert surge.counters["graphs"] == 1
+
+
 def test_random_ops_draw_fresh_numbers_at_every_replay():
     compiled, _, made = _compiled(lambda x: F.dropout(x, 0.5, training=True))
     x = torch.ones(2000)
