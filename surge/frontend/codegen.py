@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import functools
 import itertools
+import math
 import re
 
 import torch
@@ -94,8 +95,9 @@ def generate_entry(guards: GuardSet, consts: ConstTable, *, input_sources: list,
 
 # The builtins generated code calls (len, type, isinstance, ...), as they were when surge
 # was imported: a user's program that rebinds builtins.len must not change how its
-# guards are checked.
-_ORIGINAL_BUILTINS = dict(vars(builtins))
+# guards are checked. Conditions on sizes name the math module for their roundings
+# (``math.ceil(0.03125*s0)``: a meta kernel padding a size to a multiple of 32).
+_ORIGINAL_BUILTINS = {**vars(builtins), "math": math}
 
 
 def exec_entry(name: str, source: str, namespace: dict):

@@ -398,6 +398,10 @@ def value_range(expr: Expr, ranges) -> tuple:
 def atom_range(atom, ranges) -> tuple:
     if isinstance(atom, Symbol):
         return ranges(atom)
+    if atom.op in ROUNDING_FUNCTIONS:   # monotonic: the ends rounded
+        low, high = value_range(atom.args[0], ranges)
+        rounding = getattr(math, atom.op)
+        return (low if math.isinf(low) else rounding(low)), (high if math.isinf(high) else rounding(high))
     if atom.op in UNARY_FUNCTIONS:
         return (0, INF) if atom.op == "sqrt" else (-INF, INF)
     a, b = (value_range(x, ranges) for x in atom.args)

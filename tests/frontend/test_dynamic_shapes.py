@@ -292,6 +292,33 @@ def test_a_product_of_one_symbol_is_decided_by_shifting_to_its_lower_bound():
     assert bool(s0 * s0 > 3 * s0) is False and len(env.facts) == 1   # not decided: a guard
 
 
+def test_a_rounded_size_is_decided_by_its_range():
+    """``math.ceil(s / 32) * 32`` (a meta kernel padding a size) is at least 32 for s >= 2:
+    comparisons with it need no guard."""
+    import math
+
+    env = ShapeEnv()
+    s0 = env.size_symbol(_Named("a"), 5, "t")
+    padded = math.ceil(s0 / 32) * 32
+    assert bool(padded != 0) is True and bool(padded >= 32) is True and bool(padded >= 1) is True
+    assert env.facts == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_size_rounded_up_keeps_one_dynamic_graph(backend):
+    """A guard on a rounded size (``math.ceil`` in its condition) holds on later calls."""
+    import math
+
+    def f(x):   # the padding's size is not known to be nonzero: guarded
+        return torch.zeros(math.ceil(x.shape[0] / 32) * 32 - x.shape[0]) + x.sum()
+
+    compiled = _compile(f, backend)
+    for n in (5, 7, 9, 40, 70):
+        x = torch.randn(n)
+        _close(compiled(x), f(x))
+    assert _graphs_and_recompiles() == (2, 1)
+
+
 def test_normal_form_decides_equal_products_without_guards():
     env = ShapeEnv()
     s0, s1 = env.size_symbol(_Named("a"), 3, "t"), env.size_symbol(_Named("b"), 4, "t")
