@@ -85,16 +85,23 @@ CORE_PACKETS: frozenset[str] = frozenset(
     name for _, names in CORE_OP_GROUPS.values() for name in names
 )
 
-# Ops torch's table can decompose but surge keeps as extern calls, and why.
+# The fused attention ops ``scaled_dot_product_attention`` hands a call to (ATen's chooser
+# picks one for the query's device, above the tracer), and their backwards.
+FUSED_ATTENTION_OPS = (
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
+    "_scaled_dot_product_fused_attention_overrideable",
+    "_scaled_dot_product_fused_attention_overrideable_backward",
+)
+
+# Ops torch's table can decompose (in some torch version) but surge keeps as extern calls, and why.
 KEEP_EXTERN: dict[str, str] = {
     "embedding_dense_backward": "its decomposition is an accumulating index_put over the whole "
                                 "table; the library kernel handles repeated indices directly",
-    "_scaled_dot_product_flash_attention": "fused attention stays a library call: a decomposition "
-                                           "materializes the full attention matrix",
-    "_scaled_dot_product_efficient_attention": "fused attention stays a library call: a decomposition "
-                                               "materializes the full attention matrix",
-    "_scaled_dot_product_flash_attention_for_cpu": "fused attention stays a library call: a "
-                                                   "decomposition materializes the full attention matrix",
+    **{name: "fused attention stays a library call: a decomposition materializes the full "
+             "attention matrix (and the backward recomputes it)" for name in FUSED_ATTENTION_OPS},
 }
 
 

@@ -232,7 +232,8 @@ class Lowering:
         laid out otherwise than the traced one, and kernels index the result by its
         layout. An op returning several values gets one buffer per tensor element
         that the graph reads; its Python scalars (sizes, which a meta run can only
-        derive from shapes) become constants. A rule that calls an op on arguments of
+        derive from shapes) become constants, or size expressions where the sizes are
+        symbolic. A rule that calls an op on arguments of
         other sizes than traced gives the result's meta tensor (``result_meta``).
         """
         def to_arg(a, traced):
@@ -283,6 +284,8 @@ class Lowering:
                     outs.append(LazyTensor.of_buffer(child.name, child.layout, v.dtype, device))
                 elif v is None or type(v) in (int, float, bool):
                     outs.append(v)
+                elif _is_symbolic_int(v):   # a size it returns (flash and cuDNN attention's max_q, max_k)
+                    outs.append(self.sizes.expr(v))
                 else:
                     raise LoweringError(f"cannot call {target} as an extern op: element {k} of its "
                                         f"result is a {type(v).__name__}" + (f"\n  at {loc}" if loc else ""))

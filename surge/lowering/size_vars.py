@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 
 import sympy
 import torch
@@ -36,6 +37,9 @@ from .sizes import FloorDiv, Mod
 
 # 0 and 1 are specialized (a size-1 dim broadcasts): a symbol is at least this.
 DEFAULT_LOWER_BOUND = 2
+# floor / ceil of a size over a divisor up to this have an integer form (a float's exact
+# fraction has a power-of-two denominator: 1/3 as a float is not a third)
+MAX_ROUNDING_DIVISOR = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,12 +192,14 @@ class SizeVars:
         env = node.env
         return self._frontend_expr(env.simplify(node.expr), env)
 
-    def _frontend_expr(self, expr, env) -> sympy.Expr:
+    def _frontend_expr(self, expr, env, scale: int = 1) -> sympy.Expr:
+        """``expr * scale`` as our expression; every coefficient must become an integer."""
         total = sympy.Integer(0)
         for mono, coeff in expr.terms:
-            if not isinstance(coeff, int):
+            scaled = Fraction(coeff) * scale
+            if scaled.denominator != 1:
                 raise TypeError(f"the size {expr!r} has a non-integer coefficient")
-            term = sympy.Integer(coeff)
+            term = sympy.Integer(scaled.numerator)
             for atom, power in mono:
                 term = term * self._frontend_atom(atom, env) ** power
             total = total + term
@@ -213,6 +219,8 @@ class SizeVars:
                 found = self._imported[key] = self.new_symbol(env.hint(atom), lower, upper)
                 self._keep_alive.append(env)   # the id in the key stays this env's
             return found
+        if atom.op in ("floor", "ceil"):
+            return self._rounded(atom, env)
         a, b = (self._frontend_expr(x, env) for x in atom.args)
         if atom.op == "floordiv":
             return FloorDiv(a, b)
@@ -221,6 +229,19 @@ class SizeVars:
         if atom.op in ("max", "min"):
             return (sympy.Max if atom.op == "max" else sympy.Min)(a, b)
         raise TypeError(f"the size function {atom.op} has no integer form")
+
+    def _rounded(self, atom, env) -> sympy.Expr:
+        """``floor`` / ``ceil`` of a size divided by a whole number: a meta kernel's padding
+        (memory-efficient attention's logsumexp has ``ceil(q_len / 32) * 32`` rows) is
+        ``math.ceil(s / 32)``, which the frontend holds as ``ceil(0.03125 * s)``."""
+        arg, = atom.args
+        divisor = math.lcm(*(Fraction(c).denominator for _, c in arg.terms))
+        if divisor > MAX_ROUNDING_DIVISOR:   # not a whole number's reciprocal: a float size
+            raise TypeError(f"the size {atom.op}({arg!r}) has no integer form")
+        numerator = self._frontend_expr(arg, env, scale=divisor)
+        if atom.op == "ceil":
+            numerator = numerator + divisor - 1
+        return FloorDiv(numerator, sympy.Integer(divisor))
 
     # -- numbers -----------------------------------------------------------------------
     def static(self, expr) -> int | None:
