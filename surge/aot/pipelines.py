@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from ..passes.cleanup import ATEN_CLEANUP
 from ..passes.pipeline import PassStep, Pipeline
-from .causal_attention import use_causal_attention
+from .attention_masks import simplify_attention_masks
 
 TORCH_GRAPH = Pipeline("torch", (
-    # attention masks that are the causal pattern become is_causal=True
-    PassStep("causal_attention", lambda gm, ctx: use_causal_attention(gm)),
+    # constant attention masks: the causal pattern becomes is_causal=True, one hiding nothing goes
+    PassStep("attention_masks", lambda gm, ctx: simplify_attention_masks(gm)),
 ))
 ATEN_INFERENCE = Pipeline("aten_inference", ATEN_CLEANUP)
 ATEN_JOINT = Pipeline("aten_joint", ATEN_CLEANUP)

@@ -74,9 +74,9 @@ def test_aot_eager_writes_one_folder_per_compiled_graph(monkeypatch, tmp_path):
                                     "partition.txt", "guards.txt"]
     assert summaries(tanh_files) == ["source.py", "graph.py", "aten_forward.py", "guards.txt"]
     # One dump per pipeline step, in the order they ran, each before the level's summary.
-    assert step_dumps(mlp_files) == (["torch.01_causal_attention.py"] + aten_steps("aten_joint")
+    assert step_dumps(mlp_files) == (["torch.01_attention_masks.py"] + aten_steps("aten_joint")
                                      + aten_steps("aten_forward") + aten_steps("aten_backward"))
-    assert step_dumps(tanh_files) == ["torch.01_causal_attention.py"] + aten_steps("aten_inference")
+    assert step_dumps(tanh_files) == ["torch.01_attention_masks.py"] + aten_steps("aten_inference")
     assert list(mlp_files).index("aten_backward.04_dce_after_fold.py") < list(mlp_files).index("aten_forward.py")
     assert mlp_files["aten_forward.04_dce_after_fold.py"] == mlp_files["aten_forward.py"]
     first_line = mlp.__code__.co_firstlineno
@@ -143,10 +143,10 @@ def test_triton_backend_writes_loop_ir_schedule_kernels_and_wrapper(tmp_path):
                                 + stages + ["backward_" + s for s in stages] + ["guards.txt"])
     assert summaries(infer) == ["source.py", "graph.py", "aten_forward.py"] + stages + ["guards.txt"]
     backend_steps = ["loop_ir.01_fused_forms.txt"] + SCHEDULE_STEPS
-    assert step_dumps(train) == (["torch.01_causal_attention.py"] + aten_steps("aten_joint")
+    assert step_dumps(train) == (["torch.01_attention_masks.py"] + aten_steps("aten_joint")
                                  + aten_steps("aten_forward") + aten_steps("aten_backward")
                                  + backend_steps + ["backward_" + s for s in backend_steps])
-    assert step_dumps(infer) == ["torch.01_causal_attention.py"] + aten_steps("aten_inference") + backend_steps
+    assert step_dumps(infer) == ["torch.01_attention_masks.py"] + aten_steps("aten_inference") + backend_steps
     # the loop IR after its fused-forms step is what the kernels are generated from: GELU's 1 + erf is one op
     assert "= one_plus_erf(" in train["loop_ir.01_fused_forms.txt"] and "= erf(" not in train["loop_ir.txt"]
     assert train["schedule.04_plan_memory.txt"] == train["schedule.txt"]

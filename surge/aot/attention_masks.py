@@ -1,24 +1,32 @@
-"""Attention masks that are the causal pattern become ``is_causal=True``.
+"""Attention masks whose value is known when compiling: the causal pattern becomes
+``is_causal=True``, a mask hiding nothing is dropped.
 
-A model that builds its causal mask from ``arange``s and hands it to
-``scaled_dot_product_attention`` as ``attn_mask`` (transformers' GPT-2 and Llama
-do so whenever they are compiled: the check that would let them pass
-``is_causal=True`` reads tensor values, which they avoid while compiling) makes
-every attention call read a ``[batch, heads, q, kv]`` bias and compute the
-masked-out half of the scores. With ``is_causal=True`` the fused attention kernels
-skip the blocks above the diagonal and read no mask: on an H200, GPT-2's attention
-forward and backward take about half the time.
+A model that builds its mask from ``arange``s and hands it to
+``scaled_dot_product_attention`` as ``attn_mask`` makes every attention call read a
+``[batch, heads, q, kv]`` bias, and may keep the call from the fused kernels altogether.
+transformers does so whenever it is compiled: eager checks the mask's values (plain causal,
+or no padding at all) and then passes ``is_causal=True`` or no mask; while compiling it avoids
+reading tensor values and builds the mask instead.
 
-The mask depends on no graph input (only on constants and static sizes), so its
-value is known when compiling: this pass evaluates it on the example device and,
-when it is exactly the pattern ``is_causal`` stands for (``tril(ones(q, kv))``
-as booleans, or 0 / -inf as an additive float mask, the same for every batch and
-head), rewrites the call. The mask's nodes are left to dead-code elimination.
-It runs on the torch-level graph before tracing, so the forward and the backward
-traced from it agree.
+- GPT-2 and Llama without a KV cache build the causal mask: with ``is_causal=True`` the fused
+  kernels skip the blocks above the diagonal and read no mask (on an H200, GPT-2's attention
+  forward and backward take about half the time).
+- BERT with no padding builds ``q_idx >= 0`` over ``[batch, 1, q, kv]``: every key visible.
+  Expanded from one column, its last dimension has stride 0, which every fused CUDA kernel
+  refuses (ATen's chooser requires the mask's last stride to be 1), so the call runs the math
+  form (two float32 matmuls and a softmax per layer on bf16 inputs) where eager, passed no
+  mask, runs cuDNN's fused kernel. Without the mask the traced call is eager's.
+
+The mask depends on no graph input (only on constants and static sizes), so its value is
+known when compiling: this pass evaluates it on the example device and, when it is exactly
+one of those patterns for every batch and head (causal: ``tril(ones(q, kv))`` as booleans,
+or 0 / -inf as an additive mask; nothing hidden: all True, or all 0), rewrites the call.
+The mask's nodes are left to dead-code elimination. It runs on the torch-level graph before
+tracing, so the forward and the backward traced from it agree.
 """
 from __future__ import annotations
 
+import enum
 import operator
 
 import torch
@@ -33,25 +41,37 @@ _MASK, _IS_CAUSAL = 3, 5
 MAX_MASK_ELEMENTS = 1 << 28
 
 
-def use_causal_attention(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """``gm`` with its attention calls whose mask is the causal pattern using ``is_causal=True``:
-    a copy when there are such calls (``gm`` itself, the frontend's graph, is left as it
-    is), else ``gm``."""
-    calls = causal_attention_calls(gm)
-    if not calls:
+class MaskPattern(enum.Enum):
+    """What a constant mask means, as the call arguments that say the same without it."""
+
+    CAUSAL = "is_causal=True"
+    NOTHING_HIDDEN = "no mask"
+
+
+def simplify_attention_masks(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``gm`` with its attention calls whose mask is a known pattern calling without the mask
+    (``is_causal=True`` for the causal one): a copy when there are such calls (``gm`` itself,
+    the frontend's graph, is left as it is), else ``gm``."""
+    found = constant_mask_calls(gm)
+    if not found:
         return gm
     copy, nodes = graph_module_copy(gm)
-    for call in calls:
+    for call, pattern in found:
         node = nodes[call]
         _set_argument(node, "attn_mask", _MASK, None)
-        _set_argument(node, "is_causal", _IS_CAUSAL, True)
+        if pattern is MaskPattern.CAUSAL:
+            _set_argument(node, "is_causal", _IS_CAUSAL, True)
     copy.recompile()
-    logs.log("aot", f"{len(calls)} attention call(s) with a causal mask now use is_causal=True")
+    for pattern in MaskPattern:
+        count = sum(1 for _, p in found if p is pattern)
+        if count:
+            logs.log("aot", f"{count} attention call(s) with a constant mask now use {pattern.value}")
     return copy
 
 
-def causal_attention_calls(gm: torch.fx.GraphModule) -> list:
-    """The attention calls of ``gm`` whose mask is the causal pattern (``gm`` is only read)."""
+def constant_mask_calls(gm: torch.fx.GraphModule) -> list:
+    """(call, ``MaskPattern``) of each attention call of ``gm`` whose mask is a known pattern
+    (``gm`` is only read)."""
     found = []
     masks: dict[torch.fx.Node, object] = {}   # every layer's call reads the same mask: evaluated once
     for node in gm.graph.nodes:
@@ -63,8 +83,9 @@ def causal_attention_calls(gm: torch.fx.GraphModule) -> list:
         if mask not in masks:
             masks[mask] = _evaluate_constant(mask)
         value = masks[mask]
-        if value is not None and _is_causal_pattern(value, node):
-            found.append(node)
+        pattern = _pattern(value, node) if value is not None else None
+        if pattern is not None:
+            found.append((node, pattern))
     return found
 
 
@@ -188,24 +209,26 @@ def _meta_value(node):
     return node.meta.get("val", node.meta.get("example_value"))
 
 
-def _is_causal_pattern(mask: torch.Tensor, call: torch.fx.Node) -> bool:
-    """``mask`` means what ``is_causal=True`` means for this call: query i sees keys 0..i,
-    for every batch and head, and broadcasting it changes no shape."""
+def _pattern(mask: torch.Tensor, call: torch.fx.Node) -> MaskPattern | None:
+    """The pattern ``mask`` is for this call (None: another one), for every batch and head;
+    None too for a mask whose broadcasting would change the result's shape."""
     q_val, k_val = (_meta_value(_argument(call, name, k)) for k, name in enumerate(("query", "key")))
     if not isinstance(q_val, torch.Tensor) or not isinstance(k_val, torch.Tensor) or mask.dim() < 2:
-        return False
+        return None
     q_len, kv_len = q_val.shape[-2], k_val.shape[-2]
     scores = (*q_val.shape[:-2], q_len, kv_len)
     try:
         if torch.broadcast_shapes(tuple(mask.shape), scores) != scores:
-            return False
+            return None
     except RuntimeError:
-        return False
-    if tuple(mask.shape[-2:]) != (q_len, kv_len):
-        return False
-    allowed = torch.ones(q_len, kv_len, dtype=torch.bool, device=mask.device).tril()
-    if mask.dtype == torch.bool:
-        return bool((mask == allowed).all())
-    if mask.dtype.is_floating_point:
-        return bool(torch.where(allowed, mask == 0, mask == float("-inf")).all())
-    return False
+        return None
+    visible = mask if mask.dtype == torch.bool else mask == 0
+    if mask.dtype != torch.bool and not bool(torch.where(visible, True, mask == float("-inf")).all()):
+        return None   # finite biases (finfo.min, ALiBi): not a pattern of visible keys
+    if bool(visible.all()):
+        return MaskPattern.NOTHING_HIDDEN
+    if tuple(mask.shape[-2:]) == (q_len, kv_len):
+        allowed = torch.ones(q_len, kv_len, dtype=torch.bool, device=mask.device).tril()
+        if bool((visible == allowed).all()):
+            return MaskPattern.CAUSAL
+    return None

@@ -1,4 +1,5 @@
-"""Attention masks that are the causal pattern become is_causal=True (aot/causal_attention.py).
+"""Constant attention masks (aot/attention_masks.py): the causal pattern becomes
+is_causal=True, a mask hiding nothing is dropped.
 
 Each case is compiled twice: once through a probe backend that runs the pass on the
 captured graph and reports what it did to the attention call, and once through surge's
@@ -9,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import surge
-from surge.aot.causal_attention import causal_attention_calls, use_causal_attention
+from surge.aot.attention_masks import MaskPattern, constant_mask_calls, simplify_attention_masks
 
 B, H, L, D = 2, 3, 8, 16
 
@@ -23,20 +24,28 @@ def _mask(gm):
     return call.kwargs.get("attn_mask", call.args[3] if len(call.args) > 3 else None)
 
 
-def rewritten(fn, *inputs) -> bool:
-    """Whether the pass turned ``fn``'s attention call into ``is_causal=True`` (mask dropped)."""
+def _is_causal(gm) -> bool:
+    call = _attention_call(gm)
+    return call.kwargs.get("is_causal", call.args[5] if len(call.args) > 5 else False)
+
+
+def rewrite_of(fn, *inputs) -> MaskPattern | None:
+    """What the pass made of ``fn``'s attention call: the pattern it found, or None (left as is)."""
     seen = []
 
     def probe(gm, example_inputs):
         before = gm.code
-        result = use_causal_attention(gm)
-        seen.append(result is not gm)
+        found = [pattern for _, pattern in constant_mask_calls(gm)]
+        result = simplify_attention_masks(gm)
         assert gm.code == before and _mask(gm) is not None, "the caller's graph is left as it was"
-        assert (_mask(result) is None) == seen[-1]
+        assert (result is not gm) == bool(found)
+        if found:
+            assert _mask(result) is None and _is_causal(result) == (found[0] is MaskPattern.CAUSAL)
+        seen.append(found[0] if found else None)
         return gm
 
     surge.compile(fn, backend=probe, fullgraph=True)(*inputs)
-    return bool(seen[0])
+    return seen[0]
 
 
 def check_matches_eager(fn, *inputs, training=False):
@@ -75,14 +84,14 @@ def float_causal(q, k, v):
 @pytest.mark.parametrize("fn", [bool_causal, float_causal])
 @pytest.mark.parametrize("training", [False, True])
 def test_causal_masks_become_is_causal(fn, training):
-    assert rewritten(fn, *qkv())
+    assert rewrite_of(fn, *qkv()) is MaskPattern.CAUSAL
     check_matches_eager(fn, *qkv(), training=training)
 
 
 def test_more_keys_than_queries_keeps_the_upper_left_pattern():
     # is_causal with q_len < kv_len means tril(ones(q, kv)): query i sees keys 0..i
     inputs = qkv(q_len=4, kv_len=8)
-    assert rewritten(bool_causal, *inputs)
+    assert rewrite_of(bool_causal, *inputs) is MaskPattern.CAUSAL
     check_matches_eager(bool_causal, *qkv(q_len=4, kv_len=8))
 
 
@@ -108,15 +117,48 @@ def updated_in_place(q, k, v):   # the mask's arange is written into after the m
 
 @pytest.mark.parametrize("fn", [shifted_window, input_dependent, finite_float_mask])
 def test_other_masks_stay(fn):
-    assert not rewritten(fn, *qkv())
+    assert rewrite_of(fn, *qkv()) is None
     check_matches_eager(fn, *qkv())
+
+
+def bidirectional_mask(q, k):
+    """transformers' mask for an encoder with no padding, built while compiling: ``q_idx >= 0``
+    over one column, expanded (its last dimension has stride 0)."""
+    q_idx = torch.arange(q.shape[-2], device=q.device)[None, None, :, None]
+    return (q_idx >= 0).expand(q.shape[0], -1, q.shape[-2], k.shape[-2])
+
+
+def bool_nothing_hidden(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bidirectional_mask(q, k))
+
+
+def float_nothing_hidden(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, torch.zeros(B, 1, 1, k.shape[-2]))
+
+
+@pytest.mark.parametrize("fn", [bool_nothing_hidden, float_nothing_hidden])
+@pytest.mark.parametrize("training", [False, True])
+def test_masks_hiding_nothing_are_dropped(fn, training):
+    assert bidirectional_mask(*qkv()[:2]).stride()[-1] == 0
+    assert rewrite_of(fn, *qkv()) is MaskPattern.NOTHING_HIDDEN
+    check_matches_eager(fn, *qkv(), training=training)
+
+
+def constant_padding(q, k, v):   # the last two keys are padding: hidden from every query
+    keep = torch.arange(k.shape[-2]) < k.shape[-2] - 2
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep.expand(q.shape[0], 1, q.shape[-2], -1))
+
+
+def test_a_mask_hiding_some_keys_stays():
+    assert rewrite_of(constant_padding, *qkv()) is None
+    check_matches_eager(constant_padding, *qkv())
 
 
 def test_a_mask_written_in_place_is_not_evaluated_ahead():
     seen = []
 
     def probe(gm, example_inputs):
-        seen.append(use_causal_attention(gm) is not gm)
+        seen.append(simplify_attention_masks(gm) is not gm)
         return gm
 
     surge.compile(updated_in_place, backend=probe)(*qkv())
@@ -133,7 +175,7 @@ def test_transformers_gpt2_gets_is_causal():
     counts = []
 
     def probe(gm, example_inputs):
-        counts.append(len(causal_attention_calls(gm)))
+        counts.append(sum(p is MaskPattern.CAUSAL for _, p in constant_mask_calls(gm)))
         return gm
 
     # without a cache (training, or use_cache=False) transformers checks position ids for
@@ -153,7 +195,7 @@ def test_the_rewrite_is_a_named_step_on_a_copy_of_the_frontends_graph(tmp_path, 
     from surge.aot.pipelines import TORCH_GRAPH
     from surge.observe.debug_dir import read_artifacts
 
-    assert TORCH_GRAPH.step_names == ["causal_attention"]
+    assert TORCH_GRAPH.step_names == ["attention_masks"]
     kept = []
 
     def backend(gm, example_inputs, **kwargs):
@@ -166,6 +208,6 @@ def test_the_rewrite_is_a_named_step_on_a_copy_of_the_frontends_graph(tmp_path, 
     torch.testing.assert_close(compiled(*inputs), bool_causal(*inputs), rtol=1e-5, atol=1e-5)
     assert _mask(kept[0]) is not None and _attention_call(kept[0]).kwargs.get("is_causal", False) is False
     (files,) = read_artifacts(str(tmp_path)).values()
-    step = files["torch.01_causal_attention.py"]
+    step = files["torch.01_attention_masks.py"]
     assert "is_causal = True" in step and "attn_mask = None" in step
     assert "is_causal" not in files["graph.py"]
