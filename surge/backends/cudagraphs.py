@@ -491,14 +491,17 @@ def for_mode(compiled, config, device: torch.device, pool_of):
     as the mode in ``config`` runs it: wrapped for CUDA graphs when they are on and the
     graph's tensors are on a CUDA device. ``pool_of()`` gives the compiled function's pool."""
     from .executable import Executable
+    from .size_variants import SizeVariants
 
-    if not config.cudagraphs or not isinstance(compiled, Executable):
-        return compiled   # (a SizeVariants of symbolic sizes is no Executable either)
+    if not config.cudagraphs or not isinstance(compiled, (Executable, SizeVariants)):
+        return compiled
     pool = pool_of()
     if device.type != pool.recorder.device_type:
         note_not_cuda(device)
         return compiled
-    if _symbolic(compiled):   # one recording serves one size
+    # one recording serves one size (a SizeVariants runs the variant whose size guards
+    # hold: a new size's warmup call compiles it, before anything is recorded)
+    if isinstance(compiled, SizeVariants) or _symbolic(compiled):
         return RecordedPerSize(compiled, pool)
     return CudaGraphed(compiled, pool)
 

@@ -351,6 +351,27 @@ def test_the_triton_backend_wraps_its_executables_in_the_mode(monkeypatch):
     assert surge.counters["graph_cache_hits"] >= 1 and surge.counters["cudagraphs_recorded"] == 2
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU, test_cudagraphs_gpu.py records real CUDA graphs")
+def test_the_triton_backend_records_a_graph_of_symbolic_sizes_per_size(monkeypatch):
+    pools = []
+
+    def fake_pool(device, max_records):
+        pools.append(new_pool(max_records))
+        return pools[-1]
+
+    monkeypatch.setattr(cudagraphs, "cuda_pool_for", fake_pool)
+
+    def f(x):
+        return (x[:, :4] * 2).sum(1)    # the slice's end needs a guard (4 <= the width)
+
+    compiled = surge.compile(f, backend="triton", mode="reduce-overhead", dynamic=True)
+    for width in (6, 6, 6, 7, 7, 7, 6):
+        x = torch.randn(3, width)
+        torch.testing.assert_close(compiled(x), f(x))
+    assert len(pools) == 1 and surge.counters["graphs"] == 1
+    assert surge.counters["cudagraphs_recorded"] == 2 and surge.counters["cudagraphs_replayed"] == 5
+
+
 def test_outputs_of_a_recording_that_is_freed_are_invalidated():
     import gc
 
