@@ -52,7 +52,7 @@ def mutated_inputs(executable) -> set[int]:
     written = set()
     for entry in executable.launches:
         if entry["kind"] == "kernel":
-            written.update(names[w] for w in entry["writes"] if w in names)
+            written.update(names[w] for w in entry["writes"] + list(entry.get("into", {}).values()) if w in names)
         elif entry["reads"] and _updates_in_place(entry["op"]):
             # a foreach update writes a whole list: every input it reads may be written
             targets = entry["reads"] if packet(entry["op"]).startswith("aten._foreach") else entry["reads"][:1]

@@ -102,7 +102,9 @@ class Executable:
                 lines.append(f"extern {e['op']}({reads}) -> {e['name']}")
             else:
                 where = f" [{e['segment']}]" if "segment" in e else ""
-                lines.append(f"kernel {e['name']}{where}({reads}) -> {', '.join(e['writes'])}")
+                into = e.get("into", {})
+                writes = ", ".join(w + (f" (into {into[w]})" if w in into else "") for w in e["writes"])
+                lines.append(f"kernel {e['name']}{where}({reads}) -> {writes}")
         memory = self.memory
         if memory["slots"]:
             lines.append(f"arena {memory['arena_bytes']} bytes, aligned to {memory['alignment']}: " + ", ".join(

@@ -22,7 +22,7 @@ import dataclasses
 
 import sympy
 
-from ..lowering.ir import ComputedBuffer
+from ..lowering.ir import ComputedBuffer, ScatterBuffer
 from ..lowering.sizes import (
     FloorDiv, Mod, index_symbol, is_index_symbol, linear_coefficient, product, simplify_with_ranges,
 )
@@ -38,6 +38,8 @@ class Member:
     store_index: sympy.Expr
     stored: bool
     stage: int = 0         # for reductions: the pass over r that computes it
+    # a scatter's index symbols in ``store_index`` and their values (in kernel symbols)
+    indirect: tuple = ()
 
 
 @dataclasses.dataclass(eq=False)
@@ -125,6 +127,8 @@ def prepare_kernel(group: KernelGroup) -> KernelPlan:
         mapping = group.var_mapping(node)
         raw.append((node, role, substitute_index(node.value, mapping, rewrite),
                     rewrite(node.store_index().xreplace(mapping))))
+    indirect = {node.name: [(s, substitute_index(v, group.var_mapping(node), rewrite)) for s, v in node.indirect]
+                for node in group.nodes if isinstance(node, ScatterBuffer)}
     in_group = {n.name for n in group.nodes}
     exprs = []
     for node, role, value, store in raw:
@@ -143,7 +147,8 @@ def prepare_kernel(group: KernelGroup) -> KernelPlan:
         for s in symbols:
             subst[s] = dense.get(s, sympy.Integer(0))
         sizes_out[prefix] = tuple(new_sizes) if symbols else ()
-    members = [Member(node, role, substitute_index(value, subst), store.xreplace(subst), node.name in group.stores)
+    members = [Member(node, role, substitute_index(value, subst), store.xreplace(subst), node.name in group.stores,
+                      indirect=tuple((s, substitute_index(v, subst)) for s, v in indirect.get(node.name, ())))
                for node, role, value, store in raw]
     x_sizes, r_sizes = sizes_out["x"], sizes_out["r"]
     plan = KernelPlan(group, tuple(x_sizes), tuple(r_sizes), members)
@@ -177,17 +182,19 @@ def _assign_stages(plan: KernelPlan) -> None:
 def plan_size_symbols(plan: KernelPlan) -> list:
     """The size symbols a kernel's code may read (its sizes, indices and index values),
     sorted by name: the kernel's size arguments."""
-    found = set()
+    found, indirect = set(), set()   # indirect: the symbols that gathers and scatters bind
     for n in (*plan.x_sizes, *plan.r_sizes):
         found |= n.free_symbols
     for m in plan.members:
         found |= m.store_index.free_symbols
+        indirect.update(s for s, _ in m.indirect)
         for v in walk(m.value):
             if isinstance(v, Load):
                 found |= v.index.free_symbols
+                indirect.update(s for s, _ in v.indirect)
             elif isinstance(v, IndexValue):
                 found |= v.expr.free_symbols
-    return sorted((s for s in found if not is_index_symbol(s)), key=lambda s: s.name)
+    return sorted((s for s in found - indirect if not is_index_symbol(s)), key=lambda s: s.name)
 
 
 def layout_span(layout) -> sympy.Expr:

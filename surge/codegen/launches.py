@@ -47,15 +47,17 @@ def _kernel_reads(group: KernelGroup) -> list:
 
 
 def launch_table(schedule: Schedule, kernel_name, segment_of=None) -> list:
-    """The steps in run order: ``{"kind": "kernel", "name", "reads", "writes"}`` for a
+    """The steps in run order: ``{"kind": "kernel", "name", "reads", "writes", "into"}`` for a
     generated kernel (``kernel_name(group)`` is its name in the module; ``segment_of(group)``
-    the library function that runs it, for targets that batch kernels), and ``{"kind":
+    the library function that runs it, for targets that batch kernels; ``into``: the
+    written results that go into a graph input's storage, and that input), and ``{"kind":
     "extern", "name", "op", "reads"}`` for an ATen call."""
     out = []
     for step in schedule.steps:
         if isinstance(step, KernelGroup):
+            into = {name: schedule.input_written(name) for name in step.stores}
             entry = {"kind": "kernel", "name": kernel_name(step), "reads": _kernel_reads(step),
-                     "writes": list(step.stores)}
+                     "writes": list(step.stores), "into": {k: v for k, v in into.items() if v is not None}}
             if segment_of is not None:
                 entry["segment"] = segment_of(step)
             out.append(entry)

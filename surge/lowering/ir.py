@@ -123,6 +123,32 @@ class ComputedBuffer(Buffer):
 
 
 @dataclasses.dataclass(eq=False)
+class ScatterBuffer(ComputedBuffer):
+    """``into`` with some elements replaced: for each point of ``ranges``, ``value`` is
+    stored at ``target`` of ``into``'s layout, in ``into``'s storage (the other elements
+    keep ``into``'s values). ``target`` is an expression of the loop symbols and of the
+    ``indirect`` symbols, each bound to an index value (``x[idx] = v``); a target that an
+    index value puts outside the tensor is not written (``value`` is then a ``Masked``
+    whose mask says where the indices are in range).
+
+    The storage is shared, so ``into`` is a buffer nothing else reads or writes (lowering
+    makes it as a copy for this scatter alone); the schedule may give the scatter the
+    storage of what ``into`` copies instead (``schedule/scatter_stores.py``)."""
+    into: str = ""
+    target: sympy.Expr = sympy.Integer(0)
+    indirect: tuple = ()
+
+    def store_index(self) -> sympy.Expr:
+        return self.target
+
+    def __str__(self) -> str:
+        loops = ", ".join(f"{v} < {s}" for v, s in zip(self.index_vars, self.ranges))
+        ind = "".join(f", {s}={format_value(v)}" for s, v in self.indirect)
+        body = format_value(self.value).replace("\n", "\n    ")
+        return f"{self.describe()} = scatter into {self.into}({loops}) at {self.target}{ind}:\n    {body}"
+
+
+@dataclasses.dataclass(eq=False)
 class ExternBuffer(Buffer):
     """``op(*args, **kwargs)``; tensor arguments are ``TensorArg``s of realized buffers."""
     op: Any = None

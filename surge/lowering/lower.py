@@ -20,9 +20,10 @@ from ..observe.phases import phase_timer
 from ..passes.pipeline import PassContext, run_pipeline
 from ..options import CompileConfig
 from ..target import Target, default_target
-from . import matmul_padding, ops_index, ops_pointwise, ops_reduction, ops_view  # noqa: F401  (register rules)
+from . import matmul_padding, ops_index, ops_pointwise, ops_reduction, ops_scatter, ops_view  # noqa: F401  (register rules)
 from .ir import (
-    ComputedBuffer, ExternBuffer, GraphOutput, InputBuffer, Layout, LoopGraph, SizeInput, TensorArg,
+    ComputedBuffer, ExternBuffer, GraphOutput, InputBuffer, Layout, LoopGraph, ScatterBuffer, SizeInput,
+    TensorArg,
 )
 from .pipeline import LOOP_IR
 from .reductions import reduction_kind
@@ -186,6 +187,32 @@ class Lowering:
         )
         self.buffers.append(buf)
         return LazyTensor.of_buffer(buf.name, layout, t.dtype, t.device)
+
+    def copy_to_scatter_into(self, t: LazyTensor) -> LazyTensor:
+        """A buffer of ``t``'s values that nothing else reads, for a scatter to write into
+        (``ir.ScatterBuffer``). Laid out as the buffer that ``t`` is, when ``t`` is a whole
+        dense buffer (a graph input): the schedule may then let the scatter write into
+        that buffer itself (``schedule/scatter_stores.py``)."""
+        layout = Layout.contiguous(t.shape)
+        if t.view is not None:
+            own = self.by_name[t.view[0]].layout
+            if _same_layout(t.view[1], own) and own.offset == 0 and _dense(self.sizes, own):
+                layout = own
+        return self._realize(t, layout)
+
+    def scatter(self, into: LazyTensor, shape, value, target: sympy.Expr, indirect: tuple) -> LazyTensor:
+        """``into`` (a ``copy_to_scatter_into`` buffer) with ``value`` stored at ``target`` for
+        each point of ``shape`` (``value`` and ``target`` over the loop symbols of
+        ``shape``'s dims that are not 1, in order; ``indirect``: the index symbols of
+        ``target`` and their values)."""
+        name, layout = into.view
+        loop_dims = tuple(d for d, s in enumerate(shape) if s != 1)
+        buf = ScatterBuffer(
+            self.new_name(), layout, into.dtype, self.device, ranges=tuple(shape[d] for d in loop_dims),
+            value=value, loop_dims=loop_dims, origins=self.origin(), location=self.location(),
+            into=name, target=target, indirect=tuple(indirect))
+        self.buffers.append(buf)
+        return LazyTensor.of_buffer(buf.name, layout, into.dtype, into.device)
 
     def reduction(self, t: LazyTensor, dims, keepdim: bool, reduction_type: str,
                   dtype: torch.dtype, acc_dtype: torch.dtype | None = None,

@@ -24,7 +24,12 @@ aten = torch.ops.aten
 _indirect_ids = itertools.count()
 
 
-def _wrapped(v, size):
+def indirect_symbol() -> sympy.Symbol:
+    """A fresh symbol for an index that a tensor's element gives (a gather's, a scatter's)."""
+    return index_symbol("ind", next(_indirect_ids))
+
+
+def wrapped_index(v, size):
     """``v`` or ``v + size`` for negative indices, as int64."""
     v = cast(v, torch.int64)
     size_c = Constant(static_int(size), torch.int64) if size.is_Integer else IndexValue(size)
@@ -85,8 +90,8 @@ def gather_load(ctx, base: LazyTensor, per_dim) -> object:
         if isinstance(entry, sympy.Basic):
             index.append(entry)
             continue
-        symbol = index_symbol("ind", next(_indirect_ids))
-        bindings.append((symbol, _wrapped(entry, base.shape[d])))
+        symbol = indirect_symbol()
+        bindings.append((symbol, wrapped_index(entry, base.shape[d])))
         index.append(symbol)
     return Load(name, layout.index(index), base.dtype, bindings)
 
@@ -108,13 +113,14 @@ def embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sp
     return LazyTensor(shape, weight.dtype, ctx.device, loader=load)
 
 
-@register_lowering(aten.index.Tensor)
-def index(ctx, x, indices):
+def advanced_indexing(x: LazyTensor, indices) -> tuple:
+    """(shape, per_dim) of ``x[indices]`` (index tensors, or None for a whole dim):
+    ``per_dim(idx)`` gives, for an element ``idx`` of the result, its position in ``x``
+    per dim (an index expression, or an index tensor's value). The broadcast index dims
+    replace the indexed dims where those are adjacent, else they come first, as in torch."""
     indexed = [(d, _index_tensor(t)) for d, t in enumerate(indices) if t is not None]
     if not indexed:
-        raise NotLowered("index with no index tensors")
-    x = ctx.realize(x)
-    shape = ctx.sizes.shape(ctx.out_meta.shape)
+        raise NotLowered("indexing with no index tensors")
     dims = [d for d, _ in indexed]
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
     bshape = _broadcast_shape([t.shape for _, t in indexed])
@@ -122,17 +128,29 @@ def index(ctx, x, indices):
     rest = [d for d in range(x.ndim) if d not in dims]
     first = dims[0] if adjacent else 0
     loaders = {d: broadcast_loader(t, bshape) for d, t in indexed}
+    if adjacent:
+        shape = tuple(x.shape[:first]) + bshape + tuple(x.shape[dims[-1] + 1:])
+    else:
+        shape = bshape + tuple(x.shape[d] for d in rest)
 
-    def load(idx):
+    def per_dim(idx):
         bidx = idx[first:first + nb]
         others = idx[:first] + idx[first + nb:]
-        per_dim = [None] * x.ndim
+        out = [None] * x.ndim
         for d in dims:
-            per_dim[d] = loaders[d](bidx)
+            out[d] = loaders[d](bidx)
         for d, i in zip(rest, others):
-            per_dim[d] = i
-        return gather_load(ctx, x, per_dim)
-    return LazyTensor(shape, x.dtype, ctx.device, loader=load)
+            out[d] = i
+        return out
+    return shape, per_dim
+
+
+@register_lowering(aten.index.Tensor)
+def index(ctx, x, indices):
+    _, per_dim = advanced_indexing(x, indices)
+    x = ctx.realize(x)
+    shape = ctx.sizes.shape(ctx.out_meta.shape)
+    return LazyTensor(shape, x.dtype, ctx.device, loader=lambda idx: gather_load(ctx, x, per_dim(list(idx))))
 
 
 @register_lowering(aten.gather)

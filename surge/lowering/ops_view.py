@@ -359,46 +359,6 @@ def cat(ctx, tensors, dim=0):
     return LazyTensor(shape, dtype, ctx.device, loader=load)
 
 
-@register_lowering(aten.slice_scatter)
-def slice_scatter(ctx, base, src, dim=0, start=None, end=None, step=1):
-    """``base`` with ``src`` written over ``base[start:end]`` along ``dim``: one pointwise value
-    (a gradient of a slice is zeros with the slice's gradient in place; both fuse)."""
-    if step != 1 or not isinstance(base, LazyTensor) or not isinstance(src, LazyTensor):
-        raise NotLowered("strided or non-tensor slice_scatter")
-    dim = _norm_dim(dim, base.ndim)
-    size = base.shape[dim]
-    begin, stop, _ = slice_bounds(ctx.sizes, size, start, end)
-    dtype = base.dtype
-
-    def load(idx):
-        pos = idx[dim]
-        conds = ([index_at_least(pos, begin)] if begin != 0 else []) + \
-                ([index_less(pos, stop)] if not ctx.sizes.known_equal(stop, size) else [])
-        inner = list(idx)
-        inner[dim] = pos - begin
-        if not conds:   # the slice covers the whole dim
-            return cast(src.load(inner), dtype)
-        cond = conds[0] if len(conds) == 1 else Op("logical_and", conds, torch.bool)
-        return Op("where", [cond, Masked(cond, cast(src.load(inner), dtype), 0), base.load(list(idx))], dtype)
-    return LazyTensor(base.shape, dtype, ctx.device, loader=load)
-
-
-@register_lowering(aten.select_scatter)
-def select_scatter(ctx, base, src, dim, index):
-    """``base`` with ``src`` written over ``base.select(dim, index)``."""
-    if not isinstance(base, LazyTensor) or not isinstance(src, LazyTensor):
-        raise NotLowered("non-tensor select_scatter")
-    dim = _norm_dim(dim, base.ndim)
-    index = _select_index(base.shape[dim], index)
-    dtype = base.dtype
-
-    def load(idx):
-        cond = Op("eq", [IndexValue(sympy.expand(idx[dim] - index)), Constant(0, torch.int64)], torch.bool)
-        inner = list(idx[:dim]) + list(idx[dim + 1:])
-        return Op("where", [cond, Masked(cond, cast(src.load(inner), dtype), 0), base.load(list(idx))], dtype)
-    return LazyTensor(base.shape, dtype, ctx.device, loader=load)
-
-
 @register_lowering(aten.constant_pad_nd)
 def constant_pad_nd(ctx, x, pad, value=0):
     dtype = ctx.out_dtype()

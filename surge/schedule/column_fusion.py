@@ -32,7 +32,7 @@ from ..lowering.ir import ComputedBuffer
 from ..lowering.size_vars import static_int
 from ..lowering.sizes import index_symbol, linear_coefficient
 from ..lowering.values import loads_of
-from .fusion import consumers, mark_stores, name_groups, read_buffers
+from .fusion import consumers, mark_stores, name_groups, read_buffers, scatter_conflict
 from .groups import KernelGroup, column_runs
 from .memory import plan_memory
 from .scheduler import Schedule
@@ -122,6 +122,9 @@ def fuse_column_reductions(schedule: Schedule) -> Schedule:
     # (input_stores.py): no column sum joins or leaves it (one that left could run after it
     # and read the input's new value), and its value stays stored with no copy back reading it
     storing = {producer_step[value] for value in schedule.input_stores}
+    # a buffer a scatter writes into has its old value only until the scatter runs: a
+    # sum reading it moves to no later kernel, nor into a kernel with the scatter
+    overwritten = set(schedule.scatter_storage.values())
     moved = False
     for step in steps:
         if not isinstance(step, KernelGroup) or step.index in storing:
@@ -133,11 +136,11 @@ def fuse_column_reductions(schedule: Schedule) -> Schedule:
             if any(node.name in read_buffers(n) for n in step.nodes if n is not node):
                 continue   # an epilogue in its own kernel reads it: leave the kernel whole
             first_reader = min((k for k in users.get(node.name, ()) if k >= 0), default=len(steps))
-            later_ok = not (read_buffers(node) & own)
+            later_ok = not (read_buffers(node) & (own | overwritten))
             hosts = [g for g in steps
                      if isinstance(g, KernelGroup) and g is not step and g.nodes and g.index not in storing and
                      (g.index < step.index or (later_ok and g.index < first_reader)) and
-                     _shared_data(g, node) and _joins(g, node, producer_step)]
+                     _shared_data(g, node) and not scatter_conflict(g, node) and _joins(g, node, producer_step)]
             if not hosts:
                 continue
             host = max(hosts, key=lambda g: (_shared_data(g, node), -g.index))
@@ -148,10 +151,10 @@ def fuse_column_reductions(schedule: Schedule) -> Schedule:
             moved = True
     if not moved:
         return schedule
-    mark_stores(schedule.graph, steps, kept=set(schedule.input_stores))
+    mark_stores(schedule.graph, steps, kept=schedule.kept())
     steps = [s for s in steps if not isinstance(s, KernelGroup) or s.nodes]
     for k, s in enumerate(steps):
         s.index = k
     name_groups(steps)
-    return Schedule(schedule.graph, steps, plan_memory(schedule.graph, steps, schedule.input_stores),
-                    schedule.input_stores)
+    memory = plan_memory(schedule.graph, steps, schedule.input_stores, schedule.scatter_storage)
+    return dataclasses.replace(schedule, steps=steps, memory=memory)

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import collections
 
-from ..lowering.ir import ComputedBuffer, ExternBuffer, LoopGraph, TensorArg
+from ..lowering.ir import ComputedBuffer, ExternBuffer, LoopGraph, ScatterBuffer, TensorArg
 from ..lowering.sizes import product
 from ..lowering.values import loads_of
 from .groups import ExternStep, KernelGroup, node_role
 
 
 def read_buffers(buf) -> set:
-    """Names of the buffers ``buf`` reads."""
+    """Names of the buffers ``buf`` reads (a scatter: also the buffer it writes into, whose
+    values it keeps, so it runs after that buffer is computed)."""
+    if isinstance(buf, ScatterBuffer):
+        return {ld.buffer for ld in loads_of(buf.value)} | {buf.into}
     if isinstance(buf, ComputedBuffer):
         return {ld.buffer for ld in loads_of(buf.value)}
     names = set()
@@ -77,7 +80,7 @@ def _reads_in_registers(group: KernelGroup, node: ComputedBuffer) -> bool:
         producer = group.member(ld.buffer)
         if producer is None:
             continue
-        if ld.indirect:
+        if ld.indirect or isinstance(producer, ScatterBuffer):   # a scatter's result: memory, all of it
             return False
         prole, nrole = group.role(producer), group.role(node)
         if prole == "xr" and nrole == "x":
@@ -87,9 +90,18 @@ def _reads_in_registers(group: KernelGroup, node: ComputedBuffer) -> bool:
     return True
 
 
+def scatter_conflict(group: KernelGroup, node: ComputedBuffer) -> bool:
+    """A scatter and what computes or reads the buffer it writes into are never in one
+    kernel: its threads would store elements that others still read or write."""
+    if isinstance(node, ScatterBuffer):
+        return any(m.name == node.into or node.into in read_buffers(m) for m in group.nodes)
+    into = {m.into for m in group.nodes if isinstance(m, ScatterBuffer)}
+    return bool(into) and (node.name in into or bool(into & read_buffers(node)))
+
+
 def _fits(group: KernelGroup, node: ComputedBuffer, producer_step: dict, sizes) -> bool:
     space = _join_space(group, node, sizes)
-    if space is None:
+    if space is None or scatter_conflict(group, node):
         return False
     for name in read_buffers(node):
         step = producer_step.get(name)

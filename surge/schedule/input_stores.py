@@ -31,7 +31,7 @@ from .groups import ExternStep, KernelGroup
 from .memory import _in_place_donor
 
 
-def _copy_back(step) -> tuple[str, str] | None:
+def copy_back(step) -> tuple[str, str] | None:
     """(input, value) of a final ``copy_(input, value)`` step, else None."""
     if not isinstance(step, ExternStep):
         return None
@@ -44,9 +44,10 @@ def _copy_back(step) -> tuple[str, str] | None:
     return dst.buffer, src.buffer
 
 
-def stores_into_inputs(graph: LoopGraph, steps: list) -> tuple[list, dict]:
+def stores_into_inputs(graph: LoopGraph, steps: list, taken=frozenset()) -> tuple[list, dict]:
     """``steps`` without the copies that kernels make unnecessary, and value -> input
-    for each value stored into its input."""
+    for each value stored into its input; ``taken``: inputs whose storage a scatter writes
+    into already (``scatter_stores.py``), which keep their copies."""
     by_name = graph.by_name
     inputs = {b.name for b in graph.inputs}
     outputs = {o.arg.buffer for o in graph.outputs if isinstance(o.arg, TensorArg)}
@@ -55,12 +56,12 @@ def stores_into_inputs(graph: LoopGraph, steps: list) -> tuple[list, dict]:
     stored: dict[str, str] = {}
     dropped = set()
     for step in steps:
-        found = _copy_back(step)
+        found = copy_back(step)
         if found is None:
             continue
         dst, src = found
         group = producer.get(src)
-        if dst not in inputs or group is None or src in outputs or src not in group.stores:
+        if dst not in inputs or dst in taken or group is None or src in outputs or src not in group.stores:
             continue
         readers = users.get(dst, set()) - {step.index}
         if -1 in readers or any(k > group.index for k in readers):

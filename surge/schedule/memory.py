@@ -212,10 +212,16 @@ def _in_place_donor(group: KernelGroup, name: str, candidates: set, by_name: dic
     return None
 
 
-def plan_memory(graph: LoopGraph, steps: list, input_stores: dict | None = None) -> MemoryPlan:
+def plan_memory(graph: LoopGraph, steps: list, input_stores: dict | None = None,
+                scatter_storage: dict | None = None) -> MemoryPlan:
     """``input_stores``: kernel outputs stored into a mutated input's storage (value name ->
-    input name, ``input_stores.py``): allocated as that input, freed as it is."""
-    input_stores = input_stores or {}
+    input name, ``input_stores.py``): allocated as that input, freed as it is.
+    ``scatter_storage``: scatter name -> the buffer whose storage it writes into
+    (``scatter_stores.py``): allocated in place of that buffer, which lives until then."""
+    input_names = {b.name for b in graph.inputs}
+    scatter_storage = scatter_storage or {}
+    input_stores = {**(input_stores or {}), **{s: b for s, b in scatter_storage.items() if b in input_names}}
+    scatters = {s: b for s, b in scatter_storage.items() if b not in input_names}
     stored_inputs = set(input_stores.values())
     users = consumers(graph, steps)
     by_name = graph.by_name
@@ -231,10 +237,13 @@ def plan_memory(graph: LoopGraph, steps: list, input_stores: dict | None = None)
             if name not in users:            # written but never read: dead at once
                 last_use.setdefault(name, k)
     views = _keep_bases_alive(graph, users, last_use)
-    input_names = {b.name for b in graph.inputs}
+    for k, step in enumerate(steps):   # a scatter's storage lives (unused) until the scatter runs
+        for name in (step.stores if isinstance(step, KernelGroup) else ()):
+            if name in scatters:
+                last_use[scatters[name]] = max(last_use.get(scatters[name], k), k)
     bases = {base for buf in graph.buffers if _may_alias(buf) for base in read_buffers(buf)}
     pool: dict[tuple, list] = {}
-    taken_in_place = set()
+    taken_in_place = set(scatters.values())
     plan = MemoryPlan([StepMemory() for _ in steps])
     for k, step in enumerate(steps):
         sm = plan.steps[k]
@@ -249,6 +258,10 @@ def plan_memory(graph: LoopGraph, steps: list, input_stores: dict | None = None)
                 if name in input_stores:   # the input's own storage, read by this very kernel
                     sm.allocate.append((name, input_stores[name]))
                     sm.free_after.append(input_stores[name])
+                    plan.reuses += 1
+                    continue
+                if name in scatters:   # the storage of the buffer it updates
+                    sm.allocate.append((name, scatters[name]))
                     plan.reuses += 1
                     continue
                 free = pool.get(_reuse_key(buf))

@@ -11,6 +11,7 @@ from .fusion import fuse, mark_stores, name_groups
 from .groups import KernelGroup
 from .input_stores import stores_into_inputs
 from .memory import MemoryPlan, plan_memory
+from .scatter_stores import scatters_in_place
 
 
 @dataclasses.dataclass
@@ -20,6 +21,24 @@ class Schedule:
     memory: MemoryPlan | None    # None until the plan_memory step
     # kernel outputs stored into a mutated input's storage: value -> input (input_stores.py)
     input_stores: dict = dataclasses.field(default_factory=dict)
+    # scatters: scatter -> the buffer whose storage it writes into (scatter_stores.py)
+    scatter_storage: dict = dataclasses.field(default_factory=dict)
+
+    def input_written(self, name: str) -> str | None:
+        """The graph input whose storage the stored result ``name`` goes into, or None."""
+        inputs = {b.name for b in self.graph.inputs}
+        while name not in inputs:
+            if name in self.input_stores:
+                return self.input_stores[name]
+            if self.scatter_storage.get(name, name) == name:
+                return None
+            name = self.scatter_storage[name]
+        return name
+
+    def kept(self) -> set:
+        """Results stored though no step may read them: values stored into inputs, scatters
+        and the buffers they write into."""
+        return set(self.input_stores) | set(self.scatter_storage) | set(self.scatter_storage.values())
 
     @property
     def kernels(self) -> list:
@@ -37,15 +56,20 @@ def _fuse(schedule: Schedule, ctx) -> Schedule:
     return Schedule(schedule.graph, fuse(schedule.graph), None)
 
 
-def _mark_stores(schedule: Schedule, ctx) -> Schedule:
+def _scatter_stores(schedule: Schedule, ctx) -> Schedule:
     # the groups are the ones this pipeline's fuse step made: edited in place
-    mark_stores(schedule.graph, schedule.steps)
+    steps, storage = scatters_in_place(schedule.graph, schedule.steps)
+    return Schedule(schedule.graph, steps, None, scatter_storage=storage)
+
+
+def _mark_stores(schedule: Schedule, ctx) -> Schedule:
+    mark_stores(schedule.graph, schedule.steps, kept=schedule.kept())
     # a mutated input's new value stored into the input itself: its copy back goes
-    steps, stores = stores_into_inputs(schedule.graph, schedule.steps)
+    steps, stores = stores_into_inputs(schedule.graph, schedule.steps, set(schedule.scatter_storage.values()))
     steps = [s for s in steps if not isinstance(s, KernelGroup) or s.nodes]
     for k, s in enumerate(steps):
         s.index = k
-    return Schedule(schedule.graph, steps, None, stores)
+    return Schedule(schedule.graph, steps, None, stores, schedule.scatter_storage)
 
 
 def _name_kernels(schedule: Schedule, ctx) -> Schedule:
@@ -54,8 +78,8 @@ def _name_kernels(schedule: Schedule, ctx) -> Schedule:
 
 
 def _plan_memory(schedule: Schedule, ctx) -> Schedule:
-    return Schedule(schedule.graph, schedule.steps,
-                    plan_memory(schedule.graph, schedule.steps, schedule.input_stores), schedule.input_stores)
+    memory = plan_memory(schedule.graph, schedule.steps, schedule.input_stores, schedule.scatter_storage)
+    return dataclasses.replace(schedule, memory=memory)
 
 
 def _text(schedule: Schedule) -> str:
@@ -66,6 +90,7 @@ def _text(schedule: Schedule) -> str:
 # finished one out. The loop graph is only read.
 SCHEDULE = Pipeline("schedule", (
     PassStep("fuse", _fuse),                  # buffers into kernel groups and extern steps
+    PassStep("scatter_stores", _scatter_stores),   # scatters into the tensors they update, no copies
     PassStep("mark_stores", _mark_stores),    # which results reach memory (and where); empty groups go
     PassStep("name_kernels", _name_kernels),  # fused_add_gelu_0: after the ops they fuse
     PassStep("plan_memory", _plan_memory),    # buffer lifetimes, reuse, in-place updates

@@ -277,7 +277,12 @@ class CppKernelWriter:
         reduced = member.role in ("reduction", "column")
         e = self.reduced[member.buffer.name] if reduced else self.emit(scope, member.value)
         pointer = self.pointer(member.buffer.name, out=True)
-        scope.lines.append(f"{pointer}[{self.index(member.store_index)}] = {store_expr(e.name, e.dtype, buf.dtype)};")
+        # a scatter's index values; it stores only where they are in range (its value's mask)
+        names = {symbol: self.emit(scope, v).name for symbol, v in member.indirect}
+        line = f"{pointer}[{self.index(member.store_index, names)}] = {store_expr(e.name, e.dtype, buf.dtype)};"
+        if member.indirect:
+            line = f"if ({self.emit(scope, member.value.mask).name}) {line}"
+        scope.lines.append(line)
 
     def store_result(self, scope: Scope, member, name: str) -> None:
         """Store a reduction result that the C variable ``name`` holds."""

@@ -374,6 +374,8 @@ class VectorLoop:
         dtype = w.buffers[member.buffer.name].dtype
         if dtype not in FLOATS:
             raise NoVectorForm(f"store of {dtype}")
+        if member.indirect:
+            raise NoVectorForm("scatter")
         if linear_coefficient(w.affine(member.store_index), self.symbol) != 1:
             raise NoVectorForm("strided store")
         value = member.value

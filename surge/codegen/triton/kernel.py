@@ -153,7 +153,12 @@ class TritonKernelWriter:
         parts = ["xmask"] if uses_x else []
         if uses_r and (uses_x or not self.whole_rows):
             parts.append("rmask")
-        return " & ".join(parts + list(extra)) or None
+        mask = " & ".join(parts + list(extra)) or None
+        if extra and parts and self.interpreted:
+            # the interpreter makes a block & a scalar condition an int block, which a load
+            # or store refuses as its mask; compared with 0 it is a bool block again
+            mask = f"({mask}) != 0"
+        return mask
 
     # -- values ----------------------------------------------------------------
     def emit(self, scope: Scope, value, masks=()) -> Emitted:
@@ -287,10 +292,13 @@ class TritonKernelWriter:
         elif buf.dtype != compute_dtype(buf.dtype) or buf.dtype != e.dtype:
             value = f"{value}.to({triton_dtype(buf.dtype)})"
         pointer = self.pointer(member.buffer.name, out=True)
-        index = format_index(member.store_index)
-        if not member.store_index.free_symbols:   # a block-shaped pointer for the block's mask
+        # a scatter's index values, and where they are in range (the mask of its value)
+        names = {symbol: self.emit(scope, v).name for symbol, v in member.indirect}
+        extra = (self.emit(scope, member.value.mask).name,) if member.indirect else ()
+        index = format_index(member.store_index, names)
+        if not any(s.name[0] in "xr" for s in member.store_index.free_symbols):   # a block-shaped pointer
             index += " + tl.zeros_like(xindex)"
-        scope.lines.append(f"tl.store({pointer} + {index}, {value}, {self.mask(with_r)})")
+        scope.lines.append(f"tl.store({pointer} + {index}, {value}, {self.mask(with_r, extra)})")
 
     # -- reductions: the table of lowering/reductions.py, one rule per combine and finalize --
     def neutral(self, kind: ReductionKind, dtype: torch.dtype) -> str:
