@@ -28,7 +28,7 @@ def plain_lowering(fn, *inputs):
 
 def test_the_pipelines_name_their_steps():
     assert LOOP_IR.step_names == ["fused_forms"]
-    assert SCHEDULE.step_names == ["fuse", "mark_stores", "name_kernels", "plan_memory"]
+    assert SCHEDULE.step_names == ["fuse", "scatter_stores", "mark_stores", "name_kernels", "plan_memory"]
 
 
 def test_fused_forms_is_a_new_graph_with_one_op_per_form():

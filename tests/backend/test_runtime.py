@@ -48,9 +48,9 @@ def test_debug_dir_and_output_code_log(tmp_path, monkeypatch, capfd):
     (files,) = read_artifacts(str(tmp_path / "dbg")).values()  # one folder: one compiled graph
     # each pipeline step's dump (docs/observability.md), then the level's summary
     assert list(files) == ["loop_ir.01_fused_forms.txt", "loop_ir.txt", "schedule.01_fuse.txt",
-                           "schedule.02_mark_stores.txt", "schedule.03_name_kernels.txt",
-                           "schedule.04_plan_memory.txt", "schedule.txt", "kernels.py", "wrapper.py",
-                           "launches.txt"]
+                           "schedule.02_scatter_stores.txt", "schedule.03_mark_stores.txt",
+                           "schedule.04_name_kernels.txt", "schedule.05_plan_memory.txt", "schedule.txt",
+                           "kernels.py", "wrapper.py", "launches.txt"]
     assert files["launches.txt"].splitlines() == [
         "input arg0: float32[5, 3] stride=[3, 1] offset=0",
         "kernel triton_fused_relu_mul_add_0(arg0) -> buf0",

@@ -18,8 +18,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # a pipeline step's dump: ``{level}.{k}_{step}.{ext}`` (passes/pipeline.py)
 STEP_DUMP = re.compile(r"^(?:backward_)?[a-z_]+\.\d\d_[a-z_]+\.(?:py|txt)$")
 ATEN_STEPS = ["01_dce", "02_cse", "03_constant_fold", "04_dce_after_fold"]
-SCHEDULE_STEPS = ["schedule.01_fuse.txt", "schedule.02_mark_stores.txt", "schedule.03_name_kernels.txt",
-                  "schedule.04_plan_memory.txt"]
+SCHEDULE_STEPS = ["schedule.01_fuse.txt", "schedule.02_scatter_stores.txt", "schedule.03_mark_stores.txt",
+                  "schedule.04_name_kernels.txt", "schedule.05_plan_memory.txt"]
 
 
 def summaries(files) -> list:
@@ -149,7 +149,7 @@ def test_triton_backend_writes_loop_ir_schedule_kernels_and_wrapper(tmp_path):
     assert step_dumps(infer) == ["torch.01_attention_masks.py"] + aten_steps("aten_inference") + backend_steps
     # the loop IR after its fused-forms step is what the kernels are generated from: GELU's 1 + erf is one op
     assert "= one_plus_erf(" in train["loop_ir.01_fused_forms.txt"] and "= erf(" not in train["loop_ir.txt"]
-    assert train["schedule.04_plan_memory.txt"] == train["schedule.txt"]
+    assert train["schedule.05_plan_memory.txt"] == train["schedule.txt"]
     assert "kernel " in train["schedule.01_fuse.txt"] and "memory" not in train["schedule.01_fuse.txt"].lower()
     # Each kernel in the kernels files is launched by its wrapper and counted once.
     kernel_files = [train["kernels.py"], train["backward_kernels.py"], infer["kernels.py"]]
