@@ -14,6 +14,8 @@ import torch.nn.functional as F
 
 import surge
 import surge.aot
+from surge.backends.cpp import compile_aten_graph_cpp
+from surge.backends.cudagraph_policy import mutated_inputs
 from surge.backends.triton import compile_aten_graph
 from surge.lowering.ir import ScatterBuffer
 from surge.lowering.lower import lower_graph
@@ -112,6 +114,18 @@ def updates_a_matmul_result(x, w, idx, v):
     return y.sin()
 
 
+def reads_the_old_value_while_writing(x, idx, v):
+    x[idx] = x[idx.flip(0)] * v
+
+
+def sets_repeated_indices_alike(x, idx, v):
+    x[idx] = v.sum()
+
+
+def sets_by_a_mask(x, v):
+    x[x > 0] = v
+
+
 def adds_at_repeated_indices(x, idx, v):
     x.index_put_((idx,), v, accumulate=True)
 
@@ -150,6 +164,15 @@ CASES = {
                                 lambda: (torch.randn(6, 4), torch.randn(4, 5), _rows(6, 2), torch.randn(2, 5)),
                                 0, 0, 1),
     "updates_a_view": (updates_a_view, lambda: (torch.randn(3, 6, 4), _rows(6, 2), torch.randn(2, 4)), None, None, 2),
+    # the new rows are read from the old ones at other places: the copy stays
+    "reads_the_old_value_while_writing": (reads_the_old_value_while_writing,
+                                          lambda: (torch.randn(6, 5), _rows(6, 3), torch.randn(3, 5)), 1, 1, 1),
+    "sets_repeated_indices_alike": (sets_repeated_indices_alike,
+                                    lambda: (torch.randn(6, 5), torch.tensor([1, 4, 1, 1]), torch.randn(3)), 0, 0, 1),
+    "sets_no_rows": (set_rows, lambda: (torch.randn(6, 5), torch.zeros(0, dtype=torch.long), torch.randn(0, 5)),
+                     0, 0, 1),
+    # a bool mask selects by data: an ATen call
+    "sets_by_a_mask": (sets_by_a_mask, lambda: (torch.randn(6, 5), torch.tensor(0.5)), 1, 0, 0),
     # repeated indices that add up stay an ATen call (which adds them all)
     "adds_at_repeated_indices": (adds_at_repeated_indices,
                                  lambda: (torch.randn(6, 5), torch.tensor([1, 3, 1, 1]), torch.randn(4, 5)), 1, 0, 0),
@@ -186,7 +209,7 @@ def test_results_and_updated_inputs_match_eager_cpp(case):
 
 
 @pytest.mark.parametrize("case", ["decode_step", "set_rows_negative", "set_column", "old_value_read_after_the_write",
-                                  "writes_twice", "updates_a_copy_and_the_input", "scatter_rows"])
+                                  "writes_twice", "updates_a_copy_and_the_input", "scatter_rows", "sets_no_rows"])
 def test_results_and_updated_inputs_match_eager_triton(case):
     fn, make_inputs, *_ = CASES[case]
     assert_runs_like_eager(fn, make_inputs, "triton", calls=2)
@@ -228,6 +251,16 @@ def test_a_scatter_writes_only_its_elements_into_the_input():
     (scatter,) = kernel.nodes
     updated = next(b.name for b in schedule.graph.inputs if tuple(b.shape) == (64, 16))
     assert schedule.input_written(scatter.name) == updated
+
+
+def test_the_launch_table_names_the_input_a_scatter_writes():
+    """What the CUDA graph policy reads to see that a call updates an input."""
+    gm, example = aten_of(set_rows, (torch.randn(6, 5), _rows(6, 2), torch.randn(2, 5)))
+    exe = compile_aten_graph_cpp(gm, example, Options.from_env())
+    assert [e["kind"] for e in exe.launches] == ["kernel"]
+    updated = next(k for k, e in enumerate(exe.inputs) if e["shape"] == [6, 5])
+    assert mutated_inputs(exe) == {updated}
+    assert list(exe.launches[0]["into"].values()) == [exe.inputs[updated]["name"]]
 
 
 class CachedAttention(nn.Module):
