@@ -66,6 +66,10 @@ def set_rows(x, idx, v):
     x[idx] = v
 
 
+def set_rows_to_gelu(x, idx, v):
+    x[idx] = F.gelu(v)   # the loop IR's fused form of erf inside the stored value
+
+
 def set_slice(x, v):
     x[:, 2:4] = v
 
@@ -141,6 +145,7 @@ CASES = {
                     0, 0, 2),
     "set_rows": (set_rows, lambda: (torch.randn(6, 5), _rows(6, 3), torch.randn(3, 5)), 0, 0, 1),
     "set_rows_negative": (set_rows, lambda: (torch.randn(6, 5), _rows(6, 3) - 6, torch.randn(3, 5)), 0, 0, 1),
+    "set_rows_to_gelu": (set_rows_to_gelu, lambda: (torch.randn(6, 5), _rows(6, 3), torch.randn(3, 5)), 0, 0, 1),
     "set_slice": (set_slice, lambda: (torch.randn(3, 6), torch.randn(3, 2)), 0, 0, 1),
     "set_column": (set_column, lambda: (torch.randn(3, 6), torch.randn(3)), 0, 0, 1),
     "set_strided_slice": (set_strided_slice, lambda: (torch.randn(3, 7), torch.randn(3, 2)), 0, 0, 1),
@@ -209,7 +214,8 @@ def test_results_and_updated_inputs_match_eager_cpp(case):
 
 
 @pytest.mark.parametrize("case", ["decode_step", "set_rows_negative", "set_column", "old_value_read_after_the_write",
-                                  "writes_twice", "updates_a_copy_and_the_input", "scatter_rows", "sets_no_rows"])
+                                  "writes_twice", "updates_a_copy_and_the_input", "scatter_rows", "sets_no_rows",
+                                  "set_rows_to_gelu"])
 def test_results_and_updated_inputs_match_eager_triton(case):
     fn, make_inputs, *_ = CASES[case]
     assert_runs_like_eager(fn, make_inputs, "triton", calls=2)
