@@ -23,6 +23,8 @@ from surge.options import Options
 from surge.runtime.target_compile import compile_in_subprocess
 from surge.schedule import schedule_graph
 
+from .helpers import DEVICE
+
 
 def aten_of(fn, inputs):
     """``fn``'s ATen graph, as surge's frontend captures it (``x[idx] = v`` included), and its inputs."""
@@ -194,10 +196,15 @@ def test_schedule_keeps_only_the_copies_it_needs(case):
     assert (copy_backs(schedule), kept_copies(schedule)) == (backs, copies)
 
 
+def device_of(backend: str) -> str:
+    """Where a backend's test tensors live: Triton kernels run on the GPU when there is one."""
+    return DEVICE if backend == "triton" else "cpu"
+
+
 def assert_runs_like_eager(fn, make_inputs, backend, calls=3):
     compiled = surge.compile(fn, backend=backend)
     for _ in range(calls):
-        inputs = make_inputs()
+        inputs = [t.to(device_of(backend)) for t in make_inputs()]
         mine = [t.clone() for t in inputs]   # in the same layouts (a transposed input stays one)
         expected = fn(*inputs)
         actual = compiled(*mine)
@@ -236,7 +243,7 @@ def test_symbolic_sizes():
 
 def test_scatter_kernels_compile_for_sm90():
     fn, make_inputs, *_ = CASES["decode_step"]
-    inputs = [t.bfloat16() if t.is_floating_point() else t for t in make_inputs()]
+    inputs = [(t.bfloat16() if t.is_floating_point() else t).to(DEVICE) for t in make_inputs()]
     exe = compile_aten_graph(*aten_of(fn, inputs), Options.from_env())
     results = compile_in_subprocess([exe.path])
     assert results and all(v == "ok" for v in results.values()), results
@@ -285,20 +292,21 @@ class CachedAttention(nn.Module):
         q, k, v = (t.view(1, 1, self.heads, -1).transpose(1, 2) for t in self.qkv(x).split(width, dim=-1))
         self.k_cache.index_copy_(2, pos, k)
         self.v_cache.index_copy_(2, pos, v)
-        visible = (torch.arange(self.k_cache.shape[2]) <= pos).view(1, 1, 1, -1)
+        visible = (torch.arange(self.k_cache.shape[2], device=pos.device) <= pos).view(1, 1, 1, -1)
         return F.scaled_dot_product_attention(q, self.k_cache, self.v_cache, attn_mask=visible)
 
 
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
 def test_decoding_with_a_cache_in_buffers_matches_eager(backend):
     torch.manual_seed(0)
-    eager = CachedAttention()
-    model = CachedAttention()
+    device = device_of(backend)
+    eager = CachedAttention().to(device)
+    model = CachedAttention().to(device)
     model.load_state_dict(eager.state_dict())
     compiled = surge.compile(model, backend=backend)
     with torch.no_grad():
         for step in range(4):
-            x, pos = torch.randn(1, 1, 16), torch.tensor([step])
+            x, pos = torch.randn(1, 1, 16, device=device), torch.tensor([step], device=device)
             torch.testing.assert_close(compiled(x, pos), eager(x, pos))
             torch.testing.assert_close(model.k_cache, eager.k_cache)
             torch.testing.assert_close(model.v_cache, eager.v_cache)
@@ -315,11 +323,12 @@ def test_a_training_step_reads_the_written_cache(backend):
         return ((cache @ y.t()) ** 2).sum()
 
     compiled = surge.compile(step, backend=backend)
+    device = device_of(backend)
     for _ in range(3):
-        x, pos = torch.randn(2, 4), _rows(6, 2)
-        w = torch.randn(4, 5, requires_grad=True)
+        x, pos = torch.randn(2, 4, device=device), _rows(6, 2).to(device)
+        w = torch.randn(4, 5, requires_grad=True, device=device)
         w_mine = w.detach().clone().requires_grad_()
-        cache = torch.randn(6, 5)
+        cache = torch.randn(6, 5, device=device)
         cache_mine = cache.clone()
         loss = step(cache, x, w, pos)
         loss.backward()
