@@ -64,9 +64,10 @@ CORE_OP_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
          "cumsum", "cumprod"),
     ),
     "indexing": (
-        "data-dependent gathers and scatters; lowerable as indirect loads/stores",
+        "data-dependent gathers and scatters; lowerable as indirect loads/stores (embedding and "
+        "index_copy kept whole: their negative indices are out of range, index's count from the end)",
         ("cat", "constant_pad_nd", "gather", "scatter", "scatter_add", "scatter_reduce",
-         "index", "index_put", "index_select", "slice_scatter", "select_scatter",
+         "index", "index_put", "index_select", "slice_scatter", "select_scatter", "embedding", "index_copy",
          "diagonal_scatter", "as_strided_scatter", "flip"),
     ),
     "library": (

@@ -20,7 +20,7 @@ import dataclasses
 import torch
 
 from .ir import ComputedBuffer, LoopGraph
-from .values import Constant, Load, Masked, Op, walk
+from .values import Constant, IndexCheck, Load, Masked, Op, walk
 
 # Both code generators compute fp16 and bf16 in fp32: the forms' fits are fp32's.
 _FP32_COMPUTED = (torch.float32, torch.float16, torch.bfloat16)
@@ -100,6 +100,8 @@ def with_fused_forms(root):
             memo[id(v)] = Op(v.op, kids, v.dtype)
         elif isinstance(v, Masked):
             memo[id(v)] = Masked(kids[0], kids[1], v.other)
+        elif isinstance(v, IndexCheck):
+            memo[id(v)] = IndexCheck(kids[0], kids[1], v.error)
         else:
             raise TypeError(f"fused_forms: a {type(v).__name__} with operands")
     return memo[id(root)] if changed else root

@@ -2,12 +2,18 @@
 tensors (full, arange/iota, scalar_tensor).
 
 A gather is a load whose index contains a symbol bound to another value (the
-index tensor's element, wrapped for negative indices): ``Load(buf, ind0 * 64 + i1,
-indirect=[(ind0, value)])``. The gathered-from tensor is realized (a buffer or a
-strided view of one); the index values stay lazy and fuse.
+index tensor's element, wrapped for negative indices where the op counts them from the
+end, and checked against the dim's size): ``Load(buf, ind0 * 64 + i1, indirect=[(ind0,
+value)])``. The gathered-from tensor is realized (a buffer or a strided view of one);
+the index values stay lazy and fuse.
+
+Each index value a gather or scatter reads is an ``IndexCheck``: an index out of range
+makes the kernel report it and the host code raise what eager raises for that op
+(``IndexRule``), naming the user's line.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import sympy
@@ -18,7 +24,7 @@ from .registry import NotLowered, register_lowering
 from .size_vars import static_int
 from .sizes import index_symbol
 from .tensor import LazyTensor
-from .values import Constant, IndexValue, Load, Op, cast
+from .values import Constant, IndexCheck, IndexValue, Load, Op, cast
 
 aten = torch.ops.aten
 _indirect_ids = itertools.count()
@@ -29,12 +35,44 @@ def indirect_symbol() -> sympy.Symbol:
     return index_symbol("ind", next(_indirect_ids))
 
 
+@dataclasses.dataclass(frozen=True)
+class IndexRule:
+    """How an op takes the index values it reads, as eager does: whether a negative index
+    counts from the end (advanced indexing) or is out of range (embedding, gather, ...),
+    and the exception type eager raises for one out of range."""
+    negative_from_end: bool
+    error: str   # "IndexError" or "RuntimeError"
+
+
+ADVANCED_INDEXING = IndexRule(True, "IndexError")         # x[idx], x[idx] = v (index, index_put)
+COUNTED_FROM_ZERO = IndexRule(False, "IndexError")        # embedding, index_select
+COUNTED_FROM_ZERO_RUNTIME = IndexRule(False, "RuntimeError")   # gather, scatter
+
+
+def size_value(size):
+    """A dim's size as an int64 value."""
+    return Constant(static_int(size), torch.int64) if size.is_Integer else IndexValue(size)
+
+
 def wrapped_index(v, size):
     """``v`` or ``v + size`` for negative indices, as int64."""
     v = cast(v, torch.int64)
-    size_c = Constant(static_int(size), torch.int64) if size.is_Integer else IndexValue(size)
     return Op("where", [Op("lt", [v, Constant(0, torch.int64)], torch.bool),
-                        Op("add", [v, size_c], torch.int64), v], torch.int64)
+                        Op("add", [v, size_value(size)], torch.int64), v], torch.int64)
+
+
+def index_checker(ctx, rule: IndexRule):
+    """``check(v, size, dim)``: the index value ``v`` into dim ``dim`` of ``size``, taken as
+    ``rule`` says and checked, its error naming the op being lowered now and its line
+    (made here: loaders run later, while lowering the ops that read them)."""
+    op = (ctx.origin() or ("indexing",))[0]
+    where = ctx.location()
+
+    def check(v, size, dim: int) -> IndexCheck:
+        v = wrapped_index(v, size) if rule.negative_from_end else cast(v, torch.int64)
+        message = f"{op}: index out of bounds for dimension {dim} with size {size}"
+        return IndexCheck(v, size_value(size), (rule.error, f"{where}: {message}" if where else message))
+    return check
 
 
 def _broadcast_shape(shapes) -> tuple:
@@ -72,8 +110,10 @@ def _nonnegative(expr: sympy.Expr) -> bool:
     return bool(expr.is_nonnegative)
 
 
-def gather_load(ctx, base: LazyTensor, per_dim) -> object:
-    """Load ``base`` at ``per_dim``: each entry a sympy index or a Value (an indirect index).
+def gather_load(ctx, base: LazyTensor, per_dim, check) -> object:
+    """Load ``base`` at ``per_dim``: each entry a sympy index or a Value (an indirect index,
+    taken and checked by ``check`` (``index_checker``); None: surge made it, in range by
+    construction).
 
     An index value that is integer arithmetic on loop indices, never negative, is put
     into the load's index as it is: an affine load the code generators vectorize,
@@ -91,12 +131,15 @@ def gather_load(ctx, base: LazyTensor, per_dim) -> object:
             index.append(entry)
             continue
         symbol = indirect_symbol()
-        bindings.append((symbol, wrapped_index(entry, base.shape[d])))
+        if check is None:
+            bindings.append((symbol, cast(entry, torch.int64)))
+        else:
+            bindings.append((symbol, check(entry, base.shape[d], d)))
         index.append(symbol)
     return Load(name, layout.index(index), base.dtype, bindings)
 
 
-def _index_tensor(t):
+def index_tensor(t):
     if not isinstance(t, LazyTensor) or t.dtype not in (torch.int64, torch.int32):
         raise NotLowered("index tensors must be int64/int32 tensors (bool masks go to ATen)")
     return t
@@ -104,12 +147,13 @@ def _index_tensor(t):
 
 @register_lowering(aten.embedding)
 def embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    _index_tensor(indices)
+    index_tensor(indices)
     weight = ctx.realize(weight)
     shape = ctx.sizes.shape(ctx.out_meta.shape)
+    check = index_checker(ctx, COUNTED_FROM_ZERO)
 
     def load(idx):
-        return gather_load(ctx, weight, [indices.load(idx[:-1]), idx[-1]])
+        return gather_load(ctx, weight, [indices.load(idx[:-1]), idx[-1]], check)
     return LazyTensor(shape, weight.dtype, ctx.device, loader=load)
 
 
@@ -118,7 +162,7 @@ def advanced_indexing(x: LazyTensor, indices) -> tuple:
     ``per_dim(idx)`` gives, for an element ``idx`` of the result, its position in ``x``
     per dim (an index expression, or an index tensor's value). The broadcast index dims
     replace the indexed dims where those are adjacent, else they come first, as in torch."""
-    indexed = [(d, _index_tensor(t)) for d, t in enumerate(indices) if t is not None]
+    indexed = [(d, index_tensor(t)) for d, t in enumerate(indices) if t is not None]
     if not indexed:
         raise NotLowered("indexing with no index tensors")
     dims = [d for d, _ in indexed]
@@ -150,37 +194,40 @@ def index(ctx, x, indices):
     _, per_dim = advanced_indexing(x, indices)
     x = ctx.realize(x)
     shape = ctx.sizes.shape(ctx.out_meta.shape)
-    return LazyTensor(shape, x.dtype, ctx.device, loader=lambda idx: gather_load(ctx, x, per_dim(list(idx))))
+    check = index_checker(ctx, ADVANCED_INDEXING)
+    return LazyTensor(shape, x.dtype, ctx.device, loader=lambda idx: gather_load(ctx, x, per_dim(list(idx)), check))
 
 
 @register_lowering(aten.gather)
 def gather(ctx, x, dim, index_t, sparse_grad=False):
-    _index_tensor(index_t)
+    index_tensor(index_t)
     if x.ndim == 0 or index_t.ndim != x.ndim:
         raise NotLowered("gather of a 0-dim tensor")
     dim = dim % max(x.ndim, 1)
     x = ctx.realize(x)
+    check = index_checker(ctx, COUNTED_FROM_ZERO_RUNTIME)
 
     def load(idx):
         per_dim = list(idx)
         per_dim[dim] = index_t.load(idx)
-        return gather_load(ctx, x, per_dim)
+        return gather_load(ctx, x, per_dim, check)
     return LazyTensor(index_t.shape, x.dtype, ctx.device, loader=load)
 
 
 @register_lowering(aten.index_select)
 def index_select(ctx, x, dim, index_t):
-    _index_tensor(index_t)
+    index_tensor(index_t)
     if x.ndim == 0:
         raise NotLowered("index_select of a 0-dim tensor")
     dim = dim % max(x.ndim, 1)
     x = ctx.realize(x)
     shape = ctx.sizes.shape(ctx.out_meta.shape)
+    check = index_checker(ctx, COUNTED_FROM_ZERO)
 
     def load(idx):
         per_dim = list(idx)
         per_dim[dim] = index_t.load([idx[dim]] if index_t.ndim else [])
-        return gather_load(ctx, x, per_dim)
+        return gather_load(ctx, x, per_dim, check)
     return LazyTensor(shape, x.dtype, ctx.device, loader=load)
 
 

@@ -11,8 +11,9 @@ writes one row and moves nothing else.
 A view scatter of a lazy value (the gradient of a slice: zeros with the slice's gradient
 in place) stays one pointwise value, which fuses with what computes it.
 
-An index that is out of range stores nothing (eager raises an IndexError); negative
-indices count from the end, as in eager. Duplicate indices store one of their values, as
+An index value is taken as eager's op takes it (``IndexRule``: negative from the end for
+``index_put``, out of range for ``scatter``); one out of range is stored nowhere, and the
+kernel reports it so that the host code raises what eager raises. Duplicate indices store one of their values, as
 eager leaves unspecified. Scatters that add (``accumulate=True``, ``scatter_add``,
 ``index_add``) and reducing scatters stay ATen calls.
 """
@@ -21,11 +22,11 @@ from __future__ import annotations
 import sympy
 import torch
 
-from .ops_index import advanced_indexing, indirect_symbol, wrapped_index
+from .ops_index import (ADVANCED_INDEXING, COUNTED_FROM_ZERO, COUNTED_FROM_ZERO_RUNTIME, advanced_indexing,
+                        index_checker, index_tensor, indirect_symbol, size_value)
 from .ops_pointwise import broadcast_loader
 from .ops_view import _norm_dim, _select_index, index_at_least, index_less, slice_bounds
 from .registry import NotLowered, register_lowering
-from .size_vars import static_int
 from .sizes import index_symbol
 from .tensor import LazyTensor
 from .values import Constant, IndexValue, Masked, Op, cast
@@ -35,15 +36,14 @@ aten = torch.ops.aten
 
 def _in_range(v, size):
     """``0 <= v < size`` for a wrapped index value ``v``."""
-    size_c = Constant(static_int(size), torch.int64) if size.is_Integer else IndexValue(size)
     return Op("logical_and", [Op("ge", [v, Constant(0, torch.int64)], torch.bool),
-                              Op("lt", [v, size_c], torch.bool)], torch.bool)
+                              Op("lt", [v, size_value(size)], torch.bool)], torch.bool)
 
 
-def scatter_into(ctx, base: LazyTensor, shape, element, per_dim) -> LazyTensor:
+def scatter_into(ctx, base: LazyTensor, shape, element, per_dim, check=None) -> LazyTensor:
     """``base`` with, for each ``idx`` of ``shape``, the element at ``per_dim(idx)`` set to
     ``element(idx)``; ``per_dim`` gives per dim of ``base`` an index expression or an
-    index value (a tensor's element, negative from the end)."""
+    index value (a tensor's element, taken and checked by ``check``: ``index_checker``)."""
     into = ctx.copy_to_scatter_into(base)
     layout = into.view[1]
     loop_dims = [d for d, s in enumerate(shape) if s != 1]
@@ -56,9 +56,9 @@ def scatter_into(ctx, base: LazyTensor, shape, element, per_dim) -> LazyTensor:
             position.append(entry)
             continue
         symbol = indirect_symbol()
-        wrapped = wrapped_index(entry, base.shape[d])
-        indirect.append((symbol, wrapped))
-        checks.append(_in_range(wrapped, base.shape[d]))
+        checked = check(entry, base.shape[d], d)
+        indirect.append((symbol, checked))
+        checks.append(_in_range(checked.index, base.shape[d]))
         position.append(symbol)
     value = cast(element(idx), base.dtype)
     if checks:
@@ -79,7 +79,22 @@ def index_put(ctx, x, indices, values, accumulate=False):
     if values.ndim > len(shape):
         raise NotLowered("index_put values of more dims than the indexed elements")
     load = broadcast_loader(values, shape)
-    return scatter_into(ctx, x, shape, load, per_dim)
+    return scatter_into(ctx, x, shape, load, per_dim, index_checker(ctx, ADVANCED_INDEXING))
+
+
+@register_lowering(aten.index_copy.default)
+def index_copy(ctx, x, dim, index_t, source):
+    """``x`` with ``x.select(dim, index[k])`` set to ``source.select(dim, k)``."""
+    index_tensor(index_t)
+    if x.ndim == 0 or not isinstance(source, LazyTensor) or source.ndim != x.ndim or index_t.ndim > 1:
+        raise NotLowered("index_copy of a 0-dim tensor")
+    dim = _norm_dim(dim, x.ndim)
+
+    def per_dim(idx):
+        out = list(idx)
+        out[dim] = index_t.load([idx[dim]] if index_t.ndim else [])
+        return out
+    return scatter_into(ctx, x, source.shape, source.load, per_dim, index_checker(ctx, COUNTED_FROM_ZERO))
 
 
 @register_lowering(aten.scatter.src, aten.scatter.value)
@@ -99,7 +114,7 @@ def scatter(ctx, x, dim, index_t, src):
     else:
         fill = Constant(src, x.dtype)
         element = lambda idx: fill   # noqa: E731
-    return scatter_into(ctx, x, index_t.shape, element, per_dim)
+    return scatter_into(ctx, x, index_t.shape, element, per_dim, index_checker(ctx, COUNTED_FROM_ZERO_RUNTIME))
 
 
 @register_lowering(aten.slice_scatter)

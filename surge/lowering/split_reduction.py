@@ -285,7 +285,7 @@ def _split_arg(ctx, split: _Split, kind: ReductionKind, keepdim: bool) -> LazyTe
 
     def load(idx):
         chunk = which.load(idx)
-        position = gather_load(ctx, where, split.partial_index([idx[d] for d in split.outer], chunk))
+        position = gather_load(ctx, where, split.partial_index([idx[d] for d in split.outer], chunk), None)
         start = Op("mul", [chunk, Constant(split.chunk, torch.int64)], torch.int64)
         return Op("add", [start, position], torch.int64)
     return split.finish(ctx, LazyTensor(split.kept_shape, torch.int64, source.device, loader=load), keepdim)

@@ -135,6 +135,29 @@ class Masked(Value):
         return self.children[1]
 
 
+class IndexCheck(Value):
+    """``index`` where ``0 <= index < size``; elsewhere 0 (an index that reads and writes
+    inside the tensor), and the kernel reports ``error`` (exception type name, message) to
+    the code that launched it, which raises it: an out-of-range index raises, as in eager."""
+
+    __slots__ = ("error",)
+    kind = "index_check"
+
+    def __new__(cls, index: Value, size: Value, error: tuple):
+        obj = super().__new__(cls, (error,), torch.int64, [index, size])
+        if not hasattr(obj, "error"):
+            obj.error = error
+        return obj
+
+    @property
+    def index(self) -> Value:
+        return self.children[0]
+
+    @property
+    def size(self) -> Value:
+        return self.children[1]
+
+
 def cast_scalar(value, src: torch.dtype, dst: torch.dtype):
     """``value`` (an element of ``src``) converted to ``dst`` as a tensor conversion does it:
     truncating floats to integers, wrapping integers, rounding to fp16/bf16."""
@@ -199,6 +222,8 @@ def substitute_index(root: Value, mapping: dict, rewrite=None) -> Value:
             memo[id(v)] = Op(v.op, kids, v.dtype)
         elif isinstance(v, Masked):
             memo[id(v)] = Masked(kids[0], kids[1], v.other)
+        elif isinstance(v, IndexCheck):
+            memo[id(v)] = IndexCheck(kids[0], kids[1], v.error)
         else:
             memo[id(v)] = v
     return memo[id(root)]
@@ -230,6 +255,8 @@ def format_value(root: Value) -> str:
             text = f"{v.op}({args})" if v.op != "cast" else f"cast({args}, {short_dtype(v.dtype)})"
         elif isinstance(v, Masked):
             text = f"masked({ref(v.mask)}, {ref(v.body)}, other={v.other!r})"
+        elif isinstance(v, IndexCheck):
+            text = f"index_check({ref(v.index)}, {ref(v.size)}, {v.error[0]})"
         else:
             text = v.kind
         name = f"t{len(lines)}"

@@ -32,12 +32,20 @@ def restride(t, shape, stride, offset):
     return out.copy_(t)
 
 
-def pointer_function(function, pointers, sizes=0):
+def pointer_function(function, pointers, sizes=0, returns_code=False):
     """``function`` of the library, taking ``pointers`` pointers (then ``sizes`` 64-bit
-    sizes) and returning nothing. A prototype converts the arguments faster than
-    ``argtypes`` on the library's function."""
-    prototype = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * pointers, *[ctypes.c_int64] * sizes)
+    sizes) and returning nothing, or with ``returns_code`` the code of an index out of
+    range (0: none). A prototype converts the arguments faster than ``argtypes`` on the
+    library's function."""
+    result = ctypes.c_int64 if returns_code else None
+    prototype = ctypes.CFUNCTYPE(result, *[ctypes.c_void_p] * pointers, *[ctypes.c_int64] * sizes)
     return prototype(ctypes.cast(function, ctypes.c_void_p).value)
+
+
+def raise_index_error(code):
+    """Raise the error of the index check that a segment reported (INDEX_ERRORS), as eager does."""
+    kind, message = INDEX_ERRORS[code]
+    raise {"IndexError": IndexError, "RuntimeError": RuntimeError}[kind](message)
 '''
 
 
@@ -107,7 +115,10 @@ class HostWriter:
                         aliased.append(src)
             if seg is not None:
                 ptrs = ", ".join([self.pointer(b) for b in seg.buffers] + seg.sizes)
-                lines.append(f"{seg.name}({ptrs})  # {', '.join(s.name for s in seg.steps)}")
+                call = f"{seg.name}({ptrs})"
+                if seg.checks_indices:   # a kernel reported an index out of range: raise as eager does
+                    call = f"if _code := {call}: raise_index_error(_code)"
+                lines.append(f"{call}  # {', '.join(s.name for s in seg.steps)}")
             else:
                 lines.append(self.aten.extern_line(steps[k].buffer))
                 lines.extend(self.aten.layout_check(steps[k].buffer))
@@ -132,13 +143,15 @@ class HostWriter:
         out.extend(self.aten.module_bindings())
         out.append(f"\nCPP_SOURCE = {self.module.source!r}\n")
         out.append(f"KERNELS = {list(self.module.kernels)!r}\n")
+        out.append(f"INDEX_ERRORS = {self.module.index_errors!r}\n")
         segment_of = {step.index: seg.name for seg in self.module.segments for step in seg.steps}
         out.append(tables_source(self.schedule, lambda group: self.module.kernel_of_step[group.index],
                                  lambda group: segment_of[group.index]))
         out.append("\ndef make_call(lib):")
         out.extend("    " + line for line in guard_imports(self.schedule.graph))
         for seg in self.module.segments:
-            sizes = f", {len(seg.sizes)}" if seg.sizes else ""
+            sizes = f", {len(seg.sizes)}" if seg.sizes or seg.checks_indices else ""
+            sizes += ", returns_code=True" if seg.checks_indices else ""
             out.append(f"    {seg.name} = pointer_function(lib.{seg.name}, {len(seg.buffers)}{sizes})")
         out.append("")
         out.append("    def call(args):")

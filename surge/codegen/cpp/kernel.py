@@ -26,11 +26,12 @@ import torch
 from ...lowering.reductions import HIGHEST, ONE, ZERO, ReductionKind, reduction_kind
 from ...lowering.size_vars import SizeVars
 from ...lowering.sizes import index_below, index_symbol
-from ...lowering.values import Constant, IndexValue, Load, Masked, Op, op_count
+from ...lowering.values import Constant, IndexCheck, IndexValue, Load, Masked, Op, op_count
 from ..common import KernelPlan, format_index, layout_span, plan_size_symbols
 from .affine_index import affine_index, symbolic_affine_index
 from .column_reduction import generate_columns, wants_columns
 from .column_sums import ColumnSums
+from .index_checks import IndexChecks
 from .ops import OP_RULES, cast_expr, compute_dtype, ctype, literal, load_expr, storage_type, store_expr
 from .narrow_loads import NarrowLoads
 from .row_cache import RowCachePlanner
@@ -80,6 +81,7 @@ class CppKernel:
     parallel: bool
     vector16: bool = False   # has explicit vector loops: the module needs vector16.HELPERS
     size_args: list = dataclasses.field(default_factory=list)   # size symbols, parameters after the pointers
+    index_errors: dict = dataclasses.field(default_factory=dict)   # bit -> error: it returns those bits
 
 
 class CppKernelWriter:
@@ -118,6 +120,7 @@ class CppKernelWriter:
         # "[xi]" when accumulators are per-column arrays (column_reduction.py), else ""
         self.lane = ""
         self.narrow: NarrowLoads | None = None   # bool loads staged per row (narrow_loads.py)
+        self.index_checks = IndexChecks()
         self.vector16 = False
 
     # -- names -----------------------------------------------------------------
@@ -228,6 +231,11 @@ class CppKernelWriter:
             scope.lines.append(f"    {name} = {body.name};")
             scope.lines.append("}")
             return Emitted(name, v.dtype)
+        if isinstance(v, IndexCheck):
+            index, size = self.emit(scope, v.index), self.emit(scope, v.size)
+            ok, out = self.tmp(), self.tmp()
+            scope.lines.extend(self.index_checks.lines(index.name, size.name, v.error, ok, out))
+            return Emitted(out, torch.int64)
         raise NotImplementedError(f"no C++ code for {type(v).__name__}")
 
     def _loads_anywhere(self, body) -> bool:
@@ -589,11 +597,12 @@ class CppKernelWriter:
         body = "\n".join(top.lines)   # the size symbols the code reads: parameters after the pointers
         symbols = [s.name for s in plan_size_symbols(self.plan) if re.search(rf"\b{s.name}\b", body)]
         params += [f"int64_t {name}" for name in symbols]
-        lines = [f"static void {self.name}({', '.join(params)}) {{"]
-        lines += ["    " + line for line in top.lines]
+        result = "int64_t" if self.index_checks.errors else "void"   # index checks return their bits
+        lines = [f"static {result} {self.name}({', '.join(params)}) {{"]
+        lines += ["    " + line for line in self.index_checks.wrap(top.lines)]
         lines.append("}")
         return CppKernel(self.name, "\n".join(lines) + "\n", list(self.params), self.plan.is_reduction,
-                         self.parallel, self.vector16, symbols)
+                         self.parallel, self.vector16, symbols, self.index_checks.by_bit())
 
 
     def serial_or_parallel(self, lines: list) -> list:

@@ -18,6 +18,7 @@ import dataclasses
 from ...schedule.groups import KernelGroup
 from ...schedule.scheduler import Schedule
 from ..common import prepare_kernel
+from .index_checks import error_code, segment_call
 from .kernel import CppKernel, generate_cpp_kernel
 from . import vector16
 from .ops import storage_type
@@ -29,6 +30,7 @@ class Segment:
     steps: list          # KernelGroup, in order
     buffers: list        # buffer names, in parameter order
     sizes: list = dataclasses.field(default_factory=list)   # size symbols, parameters after the buffers
+    checks_indices: bool = False   # returns the code of an index out of range (index_checks.py), else 0
 
 
 @dataclasses.dataclass
@@ -39,6 +41,7 @@ class CppModule:
     segment_of_step: dict       # step index -> Segment (first step of each segment only)
     schedule: Schedule          # the schedule the kernels implement (refined for CPUs)
     kernel_of_step: dict = dataclasses.field(default_factory=dict)   # step index -> kernel name
+    index_errors: dict = dataclasses.field(default_factory=dict)   # code a segment returns -> error
 
 
 # A segment's pointers are one ctypes call's arguments, of which ctypes allows 1024.
@@ -74,13 +77,17 @@ def generate_cpp_module(schedule: Schedule, prefix: str = "") -> CppModule:
     parts = []
     segments = []
     kernel_of_step = {}
+    index_errors = {}
 
     def close(steps, params, size_params, calls):
         size_params = sorted(size_params)
-        seg = Segment(f"{prefix}segment_{len(segments)}", steps, params, size_params)
+        checks = any(kernels[kernel_of_step[step.index]].index_errors for step in steps)
+        seg = Segment(f"{prefix}segment_{len(segments)}", steps, params, size_params, checks)
         segments.append(seg)
         head = ", ".join([f"void* p{j}" for j in range(len(params))] + [f"int64_t {n}" for n in size_params])
-        parts.append(f'extern "C" void {seg.name}({head}) {{\n' + "\n".join(calls) + "\n}\n")
+        tail = ["    return 0;"] if checks else []
+        parts.append(f'extern "C" {"int64_t" if checks else "void"} {seg.name}({head}) {{\n'
+                     + "\n".join(calls + tail) + "\n}\n")
 
     for run in _segments(schedule):
         steps, params, size_params, calls = [], [], [], []
@@ -102,10 +109,16 @@ def generate_cpp_module(schedule: Schedule, prefix: str = "") -> CppModule:
                 t = storage_type(buffers[buffer].dtype)
                 args.append(f"static_cast<{'' if out else 'const '}{t}*>(p{params.index(buffer)})")
             size_params.extend(n for n in kernel.size_args if n not in size_params)
-            calls.append(f"    {kernel.name}({', '.join(args + kernel.size_args)});")
+            call = f"{kernel.name}({', '.join(args + kernel.size_args)})"
+            if kernel.index_errors:
+                number = len(kernels) - 1
+                calls.append(segment_call(number, call))
+                index_errors.update({error_code(number, bit): e for bit, e in kernel.index_errors.items()})
+            else:
+                calls.append(f"    {call};")
             steps.append(step)
         close(steps, params, size_params, calls)
     if any(kernel.vector16 for kernel in kernels.values()):
         parts.insert(0, vector16.HELPERS)
     first = {seg.steps[0].index: seg for seg in segments}
-    return CppModule("\n".join(parts), kernels, segments, first, schedule, kernel_of_step)
+    return CppModule("\n".join(parts), kernels, segments, first, schedule, kernel_of_step, index_errors)
