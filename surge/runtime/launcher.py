@@ -12,7 +12,7 @@ from .. import logs
 from ..counters import counters
 from ..observe.phases import phase_timer
 from . import autotune, binary_cache, compile_pool
-from .triton_mode import interpreting
+from .triton_mode import asserting_in_interpreter, interpreting
 
 
 def _binary_key(meta: dict, config: dict, args) -> str | None:
@@ -82,7 +82,7 @@ def _grid(meta: dict, config: dict) -> tuple:
 
 def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tune: bool = False):
     if meta.get("symbolic"):
-        return make_symbolic_launcher(kernel, name, meta, source, cache_dir, tune)
+        return asserting_in_interpreter(make_symbolic_launcher(kernel, name, meta, source, cache_dir, tune), meta)
     interpret = interpreting()
     configs = autotune.candidate_configs(meta, interpret)
     sizes = (meta["xnumel"], meta["rnumel"]) if meta["reduction"] else (meta["xnumel"],)
@@ -199,7 +199,7 @@ def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tu
     launch.state = state
     launch.kernel = kernel
     launch.meta = meta
-    return launch
+    return asserting_in_interpreter(launch, meta)
 
 
 def _no_hook(hook) -> bool:

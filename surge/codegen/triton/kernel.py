@@ -25,7 +25,7 @@ import torch
 from ...lowering.reductions import HIGHEST, ONE, ZERO, ReductionKind, reduction_kind
 from ...lowering.size_vars import SizeVars, static_int
 from ...lowering.sizes import linear_coefficient
-from ...lowering.values import Constant, IndexValue, Load, Masked, Op, cast_scalar, walk
+from ...lowering.values import Constant, IndexCheck, IndexValue, Load, Masked, Op, cast_scalar, walk
 from ...options import CompileConfig
 from ...target import Target
 from ..common import KernelPlan, format_index, layout_span, plan_size_symbols
@@ -65,6 +65,7 @@ class KernelSource:
     # whose launchers bind the numbers
     size_args: list = dataclasses.field(default_factory=list)
     size_hints: list = dataclasses.field(default_factory=list)   # the size arguments at the example inputs
+    index_checks: bool = False  # asserts its index values are in range: compiled with debug=True
 
 
 class Scope:
@@ -108,6 +109,7 @@ class TritonKernelWriter:
         self.counter = 0
         self.accumulators = 0   # looped reductions' accumulators, numbered
         self.costly_ops = 0
+        self.index_checks = False   # the kernel asserts index values (``index_check``)
         self.body: list[str] = []
 
     def _needs_int64(self) -> bool:
@@ -241,7 +243,22 @@ class TritonKernelWriter:
             other = literal(v.other, v.dtype)
             expr = f"tl.where({cond.name}, {body.name}, {other})"
             return Emitted(self.assign(scope, expr), v.dtype, cond.uses_r or body.uses_r, False)
+        if isinstance(v, IndexCheck):
+            return self.index_check(scope, v, masks)
         raise NotImplementedError(f"no Triton code for {type(v).__name__}")
+
+    def index_check(self, scope, v: IndexCheck, masks) -> Emitted:
+        """The index value if it is in range, else 0 (an address inside the tensor), and a
+        device assert on the lanes the access touches, as eager's CUDA kernels assert: the
+        error surfaces at the next synchronization; the interpreter raises it at once."""
+        index, size = self.emit(scope, v.index, masks), self.emit(scope, v.size, masks)
+        ok = self.assign(scope, f"({index.name} >= 0) & ({index.name} < {size.name})")
+        lanes = self.mask(index.uses_r, masks)
+        kind, message = v.error
+        scope.lines.append(f"tl.device_assert({ok} | ~({lanes}), {kind + ': ' + message!r})" if lanes
+                           else f"tl.device_assert({ok}, {kind + ': ' + message!r})")
+        self.index_checks = True
+        return Emitted(self.assign(scope, f"tl.where({ok}, {index.name}, 0)"), torch.int64, index.uses_r, False)
 
     def _emit_load(self, scope, v: Load, masks) -> Emitted:
         member = self.plan.member(v.buffer)
@@ -531,7 +548,9 @@ class TritonKernelWriter:
         int_sig = "i64" if self.index_bits == 64 else "i32"
         all_params = list(self.params) + [(s, None, int_sig) for s in sizes]
         head = f"def {self.name}({', '.join(params + sizes + consts)}):"
-        lines = ["@triton.jit", head] + ["    " + line for line in top.lines]
+        # device asserts run only in kernels compiled with debug=True
+        lines = ["@triton.jit(debug=True)" if self.index_checks else "@triton.jit", head]
+        lines += ["    " + line for line in top.lines]
         source = "\n".join(lines) + "\n"
         numels = [self.xnumel] + ([self.rnumel] if self.reduction else [])
         if self.symbolic:
@@ -543,7 +562,7 @@ class TritonKernelWriter:
             size_args, hints = [], []
         return KernelSource(self.name, source, functions_called(source), all_params,
                             self.reduction, self.persistent, xnumel, rnumel, self.index_bits,
-                            self.costly_ops, self.column, size_args, hints)
+                            self.costly_ops, self.column, size_args, hints, self.index_checks)
 
 
 def _constant_of(v):

@@ -82,7 +82,8 @@ def generate_module(schedule: Schedule, target: Target, config: CompileConfig) -
         files.setdefault(key, text)
         meta[name] = dict(file=key, function=ks.name, xnumel=ks.xnumel, rnumel=ks.rnumel,
                           reduction=ks.is_reduction, persistent=ks.persistent, index_bits=ks.index_bits,
-                          costly_ops=ks.costly_ops, column=ks.column, signature={p: t for p, _, t in ks.params})
+                          costly_ops=ks.costly_ops, column=ks.column, signature={p: t for p, _, t in ks.params},
+                          index_checks=ks.index_checks)
         if ks.size_args:   # sizes are arguments: numbers, grid and config come with each call
             meta[name].update(symbolic=True, size_hints=ks.size_hints)
     parts = [HEADER, "KERNEL_FILES = {}\n"]
