@@ -121,6 +121,10 @@ class CppKernelWriter:
         self.lane = ""
         self.narrow: NarrowLoads | None = None   # bool loads staged per row (narrow_loads.py)
         self.index_checks = IndexChecks()
+        # a pointwise nest's block before its innermost loop: index checks that do not vary
+        # along that loop (an embedding's row) run there, once per row, not once per element
+        self.x_outer: Scope | None = None
+        self._inner_x_dep: dict[int, bool] = {}
         self.vector16 = False
 
     # -- names -----------------------------------------------------------------
@@ -172,10 +176,32 @@ class CppKernelWriter:
         self._r_dep[id(v)] = result
         return result
 
+    def depends_on_inner_x(self, v) -> bool:
+        """Whether ``v`` varies along a pointwise nest's innermost loop."""
+        found = self._inner_x_dep.get(id(v))
+        if found is not None:
+            return found
+        inner = index_symbol("x", len(self.x_sizes) - 1)
+        if isinstance(v, Load):
+            member = self.plan.member(v.buffer)
+            result = (self.depends_on_inner_x(member.value) if member is not None else
+                      inner in v.index.free_symbols or any(self.depends_on_inner_x(c) for c in v.children))
+        elif isinstance(v, IndexValue):
+            result = inner in v.expr.free_symbols
+        else:
+            result = any(self.depends_on_inner_x(c) for c in v.children)
+        self._inner_x_dep[id(v)] = result
+        return result
+
     def target_scope(self, scope: Scope, v) -> Scope:
-        """Values that do not vary along r are computed once per row, before the r loops."""
+        """Values that do not vary along r are computed once per row, before the r loops;
+        index checks that do not vary along a pointwise nest's innermost loop, before it
+        (an OR into the flag in that loop costs 30% on an embedding: bench/NOTES.md)."""
         if scope.kind == "rloop" and self.row is not None and not self.depends_on_r(v):
             return self.row
+        if (scope.kind == "xloop" and self.x_outer is not None and isinstance(v, IndexCheck)
+                and not self.depends_on_inner_x(v)):
+            return self.x_outer
         return scope
 
     # -- values ----------------------------------------------------------------
@@ -299,18 +325,22 @@ class CppKernelWriter:
 
     # -- loops -----------------------------------------------------------------
     def loop_nest(self, outer: Scope, prefix: str, sizes, inner: Scope, pragmas: dict,
-                  vector: VectorLoop | None = None) -> None:
-        """``for`` loops over ``sizes`` around ``inner``'s lines; ``pragmas[k]`` above loop k.
+                  vector: VectorLoop | None = None, hoisted: Scope | None = None) -> None:
+        """``for`` loops over ``sizes`` around ``inner``'s lines; ``pragmas[k]`` above loop k,
+        ``hoisted``'s lines in the loop around the innermost, before it.
 
         With ``vector``, the innermost loop is its vector loop and then the scalar loop
         over the rest (vector16.py).
         """
         lines = list(inner.lines)
+        around_innermost = len(sizes) - 2
         if vector is not None:
             last = len(sizes) - 1
             lines = vector.loop_lines("0", str(sizes[last]), lines, pragmas.get(last))
             sizes = sizes[:last]
         for k in reversed(range(len(sizes))):
+            if k == around_innermost and hoisted is not None:
+                lines = hoisted.lines + lines
             head = [pragmas[k]] if k in pragmas else []
             head.append(f"for (int64_t {prefix}{k} = 0; {prefix}{k} < {c_size(sizes[k])}; ++{prefix}{k}) {{")
             lines = head + ["    " + line for line in lines] + ["}"]
@@ -524,7 +554,9 @@ class CppKernelWriter:
     def generate(self) -> CppKernel:
         top = Scope("top")
         if not self.plan.is_reduction:
-            body = Scope("xloop", top)
+            if len(self.x_sizes) > 1:
+                self.x_outer = Scope("xouter", top)
+            body = Scope("xloop", self.x_outer or top)
             stored = [m for m in self.plan.members if m.stored]
             for m in stored:
                 self.store(body, m)
@@ -534,7 +566,8 @@ class CppKernelWriter:
             elif vector is None and not self.symbolic and interleaves(self.x_sizes, self.plan.members, body.lines):
                 self.interleaved_x_loop(top, body)
             else:
-                self.loop_nest(top, "x", self.x_sizes, body, self.x_pragmas(innermost_simd=True), vector)
+                self.loop_nest(top, "x", self.x_sizes, body, self.x_pragmas(innermost_simd=True), vector,
+                               self.x_outer)
             return self.finish(top)
         columns = ColumnSums(self) if not self.symbolic and ColumnSums.applies(self) else None
         if columns is None and not self.symbolic and wants_columns(self):
