@@ -17,6 +17,7 @@ from ..schedule.arena import Arena
 from ..schedule.groups import KernelGroup
 from ..schedule.scheduler import Schedule
 from .common import format_index
+from .extern_callees import CALLEES_PRELUDE, ExternCallees, overload_literal
 
 
 class NotRepresentable(Exception):
@@ -39,7 +40,7 @@ def python_literal(value) -> str:
     if isinstance(value, tuple):
         return "(" + "".join(python_literal(v) + ", " for v in value) + ")"
     if isinstance(value, torch._ops.OpOverload):
-        return f"torch.ops.{value.namespace}.{value._schema.name.split('::')[-1]}.{value._overloadname}"
+        return overload_literal(value)
     if isinstance(value, sympy.Expr) and value.is_integer:   # a size: the host code names its symbols
         return format_index(value)
     raise NotRepresentable(f"{type(value).__name__} {value!r}")
@@ -109,6 +110,7 @@ class WrapperWriter:
         # ops returning several tensors: their result is a tuple, its elements are checked
         self.tuple_results = {b.parent for b in self.by_name.values()
                               if isinstance(b, ExternBuffer) and b.parent is not None}
+        self.callees = ExternCallees()   # filled as extern lines are written
         memory = schedule.memory
         self.arena = memory.arena if memory is not None and memory.arena is not None else Arena({}, 0, 1, {})
 
@@ -240,13 +242,19 @@ class WrapperWriter:
         return [f"if {buf.name}.stride() != {stride} or {buf.name}.storage_offset() != {offset}:",
                 f"    {buf.name} = relayout({buf.name}, {shape}, {stride}, {offset})"]
 
+    def callee(self, op, kwargs: dict) -> str:
+        """What an extern line calls: an overload by its module-level name (``extern_callees``)."""
+        if isinstance(op, torch._ops.OpOverload):
+            return self.callees.callee(op, kwargs)
+        return python_literal(op)
+
     def extern_line(self, buf: ExternBuffer) -> str:
         if buf.parent is not None:
             return f"{buf.name} = {buf.parent}[{buf.output_index}]"
         args = [self.argument(a) for a in buf.args]
         args += [f"{k}={self.argument(v)}" for k, v in buf.kwargs.items()]
         loc = f"  # {buf.location}" if buf.location else ""
-        return f"{buf.name} = {python_literal(buf.op)}({', '.join(args)}){loc}"
+        return f"{buf.name} = {self.callee(buf.op, buf.kwargs)}({', '.join(args)}){loc}"
 
     def output(self, arg) -> str:
         if isinstance(arg, TensorArg):
@@ -291,5 +299,7 @@ def same_storage(t, shape, stride):
 
 
 def generate_wrapper(schedule: Schedule, launch_args: dict) -> str:
-    return (WRAPPER_PRELUDE + RELAYOUT_HELPER + SAME_STORAGE_HELPER + "\n\n"
-            + WrapperWriter(schedule, launch_args).write())
+    writer = WrapperWriter(schedule, launch_args)
+    make_call = writer.write()   # first: it collects the module-level names of the extern calls
+    return (WRAPPER_PRELUDE + RELAYOUT_HELPER + SAME_STORAGE_HELPER + CALLEES_PRELUDE + "\n"
+            + "".join(line + "\n" for line in writer.callees.module_bindings()) + "\n\n" + make_call)

@@ -189,3 +189,18 @@ def test_a_library_operand_that_is_also_an_output_is_stored_once_as_eager_lays_i
     inputs = (randn(2, 8, 16), randn(16, 16))
     for a, e in zip(c(*inputs), library_call_and_output(*inputs)):
         torch.testing.assert_close(a, e)
+
+
+def test_triton_host_code_calls_overloads_by_names_bound_once():
+    """The call's body names no ``torch.ops`` attribute chain (four lookups and a Python
+    frame per call): a public torch function, or the function the overload forwards to,
+    bound when the module loads; a custom op's overload too."""
+    c = compile_fn(scalars_and_unused_output, randn(4, 6))
+    body = c.source.split("def call(args):")[1]
+    assert "torch.ops" not in body
+    assert "surge_extern_test_attention_like_default = overload_function(" in c.source
+    _check(scalars_and_unused_output, c, CASES["scalars_and_unused_output"][1])
+    c = compile_fn(cumsum_of_transposed_value, randn(4, 9))
+    assert "aten_cumsum_default_public = torch._C._VariableFunctions.cumsum" in c.source
+    assert "= aten_cumsum_default_public(" in c.source.split("def call(args):")[1]
+    _check(cumsum_of_transposed_value, c, CASES["cumsum_of_transposed_value"][1])

@@ -2,8 +2,8 @@
 
 The host module calls ATen through public torch functions, ``linear`` for matmuls with a
 transposed weight, and without views where it allocated a buffer in its readers' layout
-(``codegen/cpp/extern_calls.py``, ``host_layouts.py``). Each shortcut must reach exactly the
-overload the graph names: checked here under a dispatch mode, and end to end against eager.
+(``codegen/extern_callees.py``, ``codegen/cpp/extern_calls.py``, ``host_layouts.py``). Each
+shortcut must reach exactly the overload the graph names: checked here under a dispatch mode, and end to end against eager.
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from surge.codegen.cpp.extern_calls import CONTIGUOUS_RESULTS, PUBLIC_FUNCTIONS
+from surge.codegen.cpp.extern_calls import CONTIGUOUS_RESULTS
+from surge.codegen.extern_callees import PUBLIC_FUNCTIONS
 from surge.codegen.cpp.host_layouts import extent, host_layouts, is_transpose
 from surge.lowering.ir import Layout
 

@@ -4,9 +4,7 @@ A graph at small sizes spends more time in the host code's Python than in its
 kernels, so each extern line is written for the cheapest call that runs the
 very same ATen overload:
 
-- an op in ``PUBLIC_FUNCTIONS`` is called through its public torch function
-  (~0.45 us less than ``OpOverload.__call__``); any other through the function
-  ``OpOverload.__call__`` forwards to, bound once at module level;
+- an overload is called by a name bound once at module level (``codegen/extern_callees.py``);
 - ``addmm(bias, x, w.t())`` and ``mm(x, w.t())`` with ``w`` a 2-D tensor the
   host holds are ``torch.nn.functional.linear(x, w[, bias])``, which calls
   exactly those ops on ``w.t()``: no view built in Python;
@@ -24,24 +22,11 @@ import torch
 
 from ...lowering.ir import ExternBuffer, Layout, TensorArg
 from ..common import format_index
+from ..extern_callees import CALLEES_PRELUDE
 from ..wrapper import WrapperWriter, python_literal
 from .host_layouts import is_transpose, layout_key
 
 aten = torch.ops.aten
-
-# Overload -> the public torch function (``torch.<name>``, found in
-# ``torch._C._VariableFunctions``) that resolves to it for the argument forms a graph
-# passes: positional arguments, keyword-only ones by their schema names.
-PUBLIC_FUNCTIONS = {
-    aten.mm.default: "mm",
-    aten.addmm.default: "addmm",
-    aten.bmm.default: "bmm",
-    aten.baddbmm.default: "baddbmm",
-    aten.cumsum.default: "cumsum",
-    aten.slice_scatter.default: "slice_scatter",
-    aten.convolution.default: "convolution",
-    aten._scaled_dot_product_flash_attention_for_cpu.default: "_scaled_dot_product_flash_attention_for_cpu",
-}
 
 # Overloads whose result is always a newly allocated contiguous tensor.
 CONTIGUOUS_RESULTS = {aten.mm.default, aten.addmm.default, aten.bmm.default}
@@ -49,17 +34,7 @@ CONTIGUOUS_RESULTS = {aten.mm.default, aten.addmm.default, aten.bmm.default}
 BINDINGS_PRELUDE = '''
 CPU = torch.device("cpu")
 linear = torch._C._nn.linear
-
-
-def overload_function(op):
-    """What ``op.__call__`` forwards to: the same call, one Python frame less."""
-    return getattr(op, "_op", op)
-'''
-
-
-def _keyword_only(op, kwargs: dict) -> bool:
-    names = {a.name for a in op._schema.arguments if a.kwarg_only}
-    return all(k in names for k in kwargs)
+''' + CALLEES_PRELUDE
 
 
 class ExternCalls(WrapperWriter):
@@ -68,7 +43,6 @@ class ExternCalls(WrapperWriter):
     def __init__(self, schedule, layouts: dict):
         super().__init__(schedule, {})
         self.layouts = layouts          # buffer name -> layout of the tensor bound to it
-        self.bindings: dict = {}        # module-level name -> expression
 
     # -- views -----------------------------------------------------------------
     def held(self, arg: TensorArg) -> Layout:
@@ -92,16 +66,6 @@ class ExternCalls(WrapperWriter):
         return None
 
     # -- callees ---------------------------------------------------------------
-    def callee(self, op, kwargs: dict) -> str:
-        if not isinstance(op, torch._ops.OpOverload):
-            return python_literal(op)
-        name = f"{op.namespace}_{op._schema.name.split('::')[-1]}_{op._overloadname}"
-        if op in PUBLIC_FUNCTIONS and _keyword_only(op, kwargs):
-            self.bindings[name + "_public"] = f"torch._C._VariableFunctions.{PUBLIC_FUNCTIONS[op]}"
-            return name + "_public"
-        self.bindings[name] = f"overload_function({python_literal(op)})"
-        return name
-
     def linear_call(self, buf: ExternBuffer) -> str | None:
         """``linear(x, w[, bias])`` for ``addmm(bias, x, w.t())`` / ``mm(x, w.t())``."""
         if buf.op is aten.addmm.default and len(buf.args) == 3 and all(
@@ -118,14 +82,10 @@ class ExternCalls(WrapperWriter):
         return f"linear({', '.join(args)})"
 
     def extern_line(self, buf: ExternBuffer) -> str:
-        if buf.parent is not None:
-            return f"{buf.name} = {buf.parent}[{buf.output_index}]"
-        loc = f"  # {buf.location}" if buf.location else ""
-        call = self.linear_call(buf)
+        call = None if buf.parent is not None else self.linear_call(buf)
         if call is None:
-            args = [self.argument(a) for a in buf.args]
-            args += [f"{k}={self.argument(v)}" for k, v in buf.kwargs.items()]
-            call = f"{self.callee(buf.op, buf.kwargs)}({', '.join(args)})"
+            return super().extern_line(buf)
+        loc = f"  # {buf.location}" if buf.location else ""
         return f"{buf.name} = {call}{loc}"
 
     def layout_check(self, buf: ExternBuffer) -> list:
@@ -141,9 +101,6 @@ class ExternCalls(WrapperWriter):
         shape, stride, offset = _shape(lay.shape), _shape(lay.stride), format_index(lay.offset)
         return [f"if {buf.name}.stride() != {stride} or {buf.name}.storage_offset() != {offset}:",
                 f"    {buf.name} = restride({buf.name}, {shape}, {stride}, {offset})"]
-
-    def module_bindings(self) -> list:
-        return [f"{name} = {expr}" for name, expr in sorted(self.bindings.items())]
 
 
 def _shape(values) -> str:

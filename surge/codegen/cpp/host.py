@@ -140,7 +140,7 @@ class HostWriter:
     def write(self) -> str:
         body = self.body()   # first: it collects the module-level bindings of the extern calls
         out = [HEADER, WRAPPER_PRELUDE, BINDINGS_PRELUDE]
-        out.extend(self.aten.module_bindings())
+        out.extend(self.aten.callees.module_bindings())
         out.append(f"\nCPP_SOURCE = {self.module.source!r}\n")
         out.append(f"KERNELS = {list(self.module.kernels)!r}\n")
         out.append(f"INDEX_ERRORS = {self.module.index_errors!r}\n")
