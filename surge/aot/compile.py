@@ -11,6 +11,7 @@ shares memory with another input run the torch-level graph eagerly.
 """
 from __future__ import annotations
 
+import itertools
 import operator
 import time
 from typing import Callable
@@ -94,7 +95,7 @@ class AotCompiled:
         self._state_getter = operator.attrgetter(*self.state_names) if self.state_names else None
         self.num_user_inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         self.variants: dict[tuple, Callable] = {}
-        self._alias_answers: dict = {}   # runner -> (data pointers, whether a mutated input aliases)
+        self._alias_answers: dict = {}   # runner -> (inputs' data pointers and offsets, sizes, answer)
         self.final_grad_mode = _final_grad_mode(gm)
         self.ran_eagerly = False
         # The user's code this graph is part of: a variant compiled on a later call, or a
@@ -130,15 +131,34 @@ class AotCompiled:
         return result
 
     def _aliases(self, runner, inputs: list) -> bool:
-        """``_mutated_input_aliases``, walked again only when an input's data moved: with
-        sizes, strides and dtypes fixed (guards, variant), where the inputs' data start
-        decides which of them overlap. An optimizer step, called on the same parameters and
-        states every time, reads 4 data pointers per parameter instead of their storages."""
-        key = tuple(t.data_ptr() if isinstance(t, torch.Tensor) else None for t in inputs)
-        found = self._alias_answers.get(runner)
-        if found is None or found[0] != key:
-            found = self._alias_answers[runner] = (key, _mutated_input_aliases(runner.program.mutated_inputs, inputs))
-        return found[1]
+        """``_mutated_input_aliases``, walked only when some input's storage may have moved.
+
+        Each input's storage starts at ``data_ptr() - storage_offset() * element_size()``
+        (two live storages never start at one address), so the data pointers and offsets
+        of the inputs decide which of them share a storage: the answer is kept for the
+        last ones seen (with the sizes, when some inputs do share one: the walk skips
+        empty tensors). When all starts are distinct no two inputs share memory, which is
+        one set's size to check, not the walk. A call with the same inputs' memory as the
+        last (an optimizer step, a model's weights and a batch in the same block) reads
+        two numbers per input, in C."""
+        tensors = inputs if _all_tensors(inputs) else [t for t in inputs if isinstance(t, torch.Tensor)]
+        mutated = runner.program.mutated_inputs
+        try:
+            key = (tuple(map(_DATA_PTR, tensors)), tuple(map(_STORAGE_OFFSET, tensors)))
+        except RuntimeError:   # a tensor without storage: the walk says what it shares
+            return _mutated_input_aliases(mutated, inputs)
+        known = self._alias_answers.get(runner)
+        if known is not None and known[0] == key and (known[1] is None or known[1] == tuple(map(_NUMEL, tensors))):
+            return known[2]
+        pointers, offsets = key
+        starts = set(map(operator.sub, pointers, map(operator.mul, offsets, map(_ELEMENT_SIZE, tensors))))
+        if len(starts) == len(tensors):
+            self._alias_answers[runner] = (key, None, False)
+            return False
+        # some inputs share a storage (tied weights, views of one tensor): the walk decides
+        answer = _mutated_input_aliases(mutated, inputs)
+        self._alias_answers[runner] = (key, tuple(map(_NUMEL, tensors)), answer)
+        return answer
 
     def _run_eagerly(self, args):
         # The graphs were traced for inputs with separate memory; an in-place
@@ -153,8 +173,7 @@ class AotCompiled:
 
     def variant_for(self, inputs: list, autocast: tuple):
         # under no_grad no input's flag matters: skip the walk over every parameter
-        flags = (tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
-                 if torch.is_grad_enabled() else ())
+        flags = _requires_grad_flags(inputs) if torch.is_grad_enabled() else ()
         training = any(flags)
         key = (flags if training else (), autocast)
         runner = self.variants.get(key)
@@ -333,6 +352,25 @@ def _reject_input_metadata_mutation(gm: torch.fx.GraphModule) -> None:
         if node.op == "call_method" and node.target == "requires_grad_":
             raise Unsupported("requires_grad_() inside a compiled graph is not supported by the aot layer",
                               _user_location(node))
+
+
+# the C methods themselves: mapped over the inputs they run without a Python frame per input
+_DATA_PTR = torch.Tensor.data_ptr
+_STORAGE_OFFSET = torch.Tensor.storage_offset
+_ELEMENT_SIZE = torch.Tensor.element_size
+_NUMEL = torch.Tensor.numel
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
+
+
+def _all_tensors(inputs: list) -> bool:
+    return all(map(isinstance, inputs, itertools.repeat(torch.Tensor)))
+
+
+def _requires_grad_flags(inputs: list) -> tuple:
+    """Whether each input is a tensor that requires grad (read in C when all are tensors)."""
+    if _all_tensors(inputs):
+        return tuple(map(_REQUIRES_GRAD, inputs))
+    return tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
 
 
 def _mutated_input_aliases(mutated: list[int], inputs: list) -> bool:

@@ -12,6 +12,7 @@ inputs back), so they alias the inputs exactly as eager's outputs do.
 """
 from __future__ import annotations
 
+import operator
 from typing import Callable
 
 import torch
@@ -85,6 +86,10 @@ class TrainingRunner:
         self.differentiable = program.value_requires_grad
         self.grad_inputs = program.grad_inputs
         self.assemble = output_assembler(program)
+        # The Function takes the inputs that require grad as its tensor arguments and all
+        # inputs as one list: apply walks only the former (the edges of its graph node),
+        # not the buffers and inputs that no gradient reaches (half of a CNN's inputs).
+        self.pick_grad_inputs = _picker(program.grad_inputs)
 
     def __call__(self, inputs: list):
         if not any(self.differentiable):
@@ -94,7 +99,17 @@ class TrainingRunner:
             with torch.no_grad():
                 results = call_compiled(self.forward, list(inputs))
             return self.assemble(inputs, tuple(results[: self.num_values]))
-        return self.assemble(inputs, CompiledFunction.apply(self, *inputs))
+        return self.assemble(inputs, CompiledFunction.apply(self, inputs, *self.pick_grad_inputs(inputs)))
+
+
+def _picker(positions: list) -> Callable[[list], tuple]:
+    """``lambda inputs: tuple(inputs[k] for k in positions)``, in C."""
+    if not positions:
+        return lambda inputs: ()
+    if len(positions) == 1:
+        position = positions[0]
+        return lambda inputs: (inputs[position],)
+    return operator.itemgetter(*positions)
 
 
 class CompiledFunction(torch.autograd.Function):
@@ -107,10 +122,14 @@ class CompiledFunction(torch.autograd.Function):
     go through ``save_for_backward``: holding them on ctx would make a reference
     cycle through the output's grad_fn. So do all of them while saved-tensor
     hooks are active, so that the hooks see every saved tensor.
+
+    ``forward(ctx, runner, inputs, *grad_inputs)``: ``inputs`` is every input of the
+    graph; ``grad_inputs`` are those that require grad (``runner.grad_inputs``), passed
+    again as the Function's tensor arguments so that autograd connects them, and only them.
     """
 
     @staticmethod
-    def forward(ctx, runner: TrainingRunner, *inputs):
+    def forward(ctx, runner: TrainingRunner, inputs: list, *grad_inputs):
         results = call_compiled(runner.forward, list(inputs))
         values, saved = results[: runner.num_values], results[runner.num_values:]
         if _saved_tensor_hooks_active():
@@ -118,18 +137,13 @@ class CompiledFunction(torch.autograd.Function):
             # through save_for_backward, where the hooks see them.
             through_ctx = [i for i, t in enumerate(saved) if not isinstance(t, _NUMBERS)]
         else:
-            output_storages = {_storage_ptr(v) for v in values if isinstance(v, torch.Tensor)}
-            # An op may leave an optional result undefined at runtime (mkldnn_rnn_layer's
-            # workspace): a None on the stash would read as "held by ctx", so ctx holds it.
-            through_ctx = [i for i, t in enumerate(saved)
-                           if t is None or (not isinstance(t, _NUMBERS) and _storage_ptr(t) in output_storages)]
+            through_ctx = _sharing_output_storage(saved, values)
         ctx.save_for_backward(*[saved[i] for i in through_ctx])
         ctx.stash = list(saved)
         for i in through_ctx:
             ctx.stash[i] = None
         ctx.versions = [t._version if isinstance(t, torch.Tensor) else 0 for t in ctx.stash]
         ctx.runner = runner
-        ctx.num_inputs = len(inputs)
         ctx.mark_non_differentiable(*[
             v for v, d in zip(values, runner.differentiable) if isinstance(v, torch.Tensor) and not d])
         return tuple(values)
@@ -146,10 +160,36 @@ class CompiledFunction(torch.autograd.Function):
             ctx.stash = None
         args += [g.contiguous() for g, d in zip(grad_values, runner.differentiable) if d]
         grads = call_compiled(runner.backward, args)
-        result = [None] * (1 + ctx.num_inputs)
-        for index, grad in zip(runner.grad_inputs, grads):
-            result[1 + index] = grad
-        return tuple(result)
+        return (None, None, *grads)   # runner, inputs, then one gradient per grad input
+
+
+def _sharing_output_storage(saved, values) -> list:
+    """Positions of the saved tensors that share storage with an output (or are undefined:
+    an op may leave an optional result undefined at runtime, mkldnn_rnn_layer's workspace,
+    and a None on the stash would read as "held by ctx"). A tensor's data starts inside
+    its storage, and storages do not overlap: a data pointer inside an output's storage
+    is a tensor of that storage (an empty one holds no memory a cycle could keep)."""
+    spans = []
+    for v in values:
+        storage = _storage(v) if isinstance(v, torch.Tensor) else None
+        if storage is not None and storage.nbytes():
+            start = storage.data_ptr()
+            spans.append((start, start + storage.nbytes()))
+    try:
+        if len(spans) == 1:   # the common case, one output: a comparison per saved tensor
+            (low, high), = spans
+            return [i for i, t in enumerate(saved)
+                    if t is None or (not isinstance(t, _NUMBERS) and low <= t.data_ptr() < high)]
+        return [i for i, t in enumerate(saved)
+                if t is None or (not isinstance(t, _NUMBERS) and _inside(t.data_ptr(), spans))]
+    except RuntimeError:   # a tensor without storage (efficient zero tensors)
+        output_storages = {_storage_ptr(v) for v in values if isinstance(v, torch.Tensor)}
+        return [i for i, t in enumerate(saved)
+                if t is None or (not isinstance(t, _NUMBERS) and _storage_ptr(t) in output_storages)]
+
+
+def _inside(pointer: int, spans: list) -> bool:
+    return any(low <= pointer < high for low, high in spans)
 
 
 def _saved_tensors(ctx) -> list:
@@ -172,11 +212,16 @@ def _saved_tensors(ctx) -> list:
 _NUMBERS = (int, float)
 
 
-def _storage_ptr(t: torch.Tensor) -> int | None:
+def _storage(t: torch.Tensor):
     try:
-        return t.untyped_storage().data_ptr()
+        return t.untyped_storage()
     except RuntimeError:  # tensors without storage (efficient zero tensors)
         return None
+
+
+def _storage_ptr(t: torch.Tensor) -> int | None:
+    storage = _storage(t)
+    return None if storage is None else storage.data_ptr()
 
 
 def _saved_tensor_hooks_active() -> bool:

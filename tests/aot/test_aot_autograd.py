@@ -67,6 +67,55 @@ def test_inputs_not_requiring_grad_get_none():
     torch.testing.assert_close(w.grad, w_ref.grad)
 
 
+def test_the_function_node_connects_only_the_inputs_that_require_grad():
+    """The compiled region's one autograd node has an edge per input that requires grad
+    (the others do not pass through ``Function.apply``), and gradients land on them."""
+    def f(x, w, scale, b):
+        return ((x @ w) * scale + b).tanh()
+
+    x, scale = torch.randn(3, 4), torch.randn(2)
+    w, b = torch.randn(4, 2, requires_grad=True), torch.randn(2, requires_grad=True)
+    compiled = compile_aot(f, [x, w, scale, b])
+    out = compiled(x, w, scale, b)
+    assert [fn.variable for fn, _ in out.grad_fn.next_functions] == [w, b]
+    out.sum().backward()
+    w_ref, b_ref = (t.detach().clone().requires_grad_() for t in (w, b))
+    f(x, w_ref, scale, b_ref).sum().backward()
+    torch.testing.assert_close(w.grad, w_ref.grad)
+    torch.testing.assert_close(b.grad, b_ref.grad)
+    assert x.grad is None and scale.grad is None
+
+
+def test_saved_output_is_held_without_a_reference_cycle():
+    """``sin``'s backward reads the matmul's result, which is saved (not recomputed) and is
+    also an output. Held on ctx it would keep that output alive through its ``grad_fn``
+    until the cycle collector ran; through ``save_for_backward`` it dies with its last
+    reference."""
+    import gc
+    import weakref
+
+    def f(x, w):
+        y = x @ w
+        return y, y.sin()
+
+    x, w = torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)
+    compiled = compile_aot(f, [x, w])
+    gc.disable()
+    try:
+        y, z = compiled(x, w)
+        dead = weakref.ref(y)
+        del y, z
+        assert dead() is None
+    finally:
+        gc.enable()
+    y, z = compiled(x, w)
+    (y.sum() + z.sum()).backward()
+    w_ref = w.detach().clone().requires_grad_()
+    y_ref, z_ref = f(x, w_ref)
+    (y_ref.sum() + z_ref.sum()).backward()
+    torch.testing.assert_close(w.grad, w_ref.grad)
+
+
 def test_double_backward_raises_clear_error():
     def f(x):
         return (x ** 3).sum()

@@ -69,6 +69,30 @@ def test_mutated_input_aliasing_another_input_runs_eagerly_and_is_counted():
     assert surge.counters["fallbacks"] == 2
 
 
+def test_inputs_at_the_same_addresses_in_a_shared_storage_run_eagerly():
+    """Whether an updated input shares memory with another is known from where each input's
+    storage starts, not from the data pointers alone: the same two addresses are first two
+    storages of their own, then views into one storage, which must run eagerly."""
+    def bump_then_read(a, b):
+        a.add_(1.0)
+        return b * 2
+
+    compiled = surge.compile(bump_then_read, backend="aot_eager")
+    memory = bytearray(32)
+    apart = (torch.frombuffer(memory, dtype=torch.float32, count=4),
+             torch.frombuffer(memory, dtype=torch.float32, count=4, offset=16))
+    for _ in range(2):   # compiled, then the same addresses again
+        expected_b = apart[1] * 2
+        torch.testing.assert_close(compiled(*apart), expected_b)
+    assert surge.counters["fallbacks"] == 0
+    shared = torch.frombuffer(memory, dtype=torch.float32, count=8)
+    views = (shared[:4], shared[4:])
+    assert [v.data_ptr() for v in views] == [t.data_ptr() for t in apart]
+    before = views[1].clone()
+    torch.testing.assert_close(compiled(*views), before * 2)
+    assert surge.counters["fallbacks"] == 1
+
+
 def test_grad_mode_set_by_the_program_persists_after_the_call():
     def freeze(x):
         torch.set_grad_enabled(False)
