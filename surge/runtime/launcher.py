@@ -5,6 +5,8 @@ generated wrapper calls; sizes, grid and config are bound in its closure.
 """
 from __future__ import annotations
 
+import functools
+import operator
 import time
 from collections import Counter
 
@@ -207,6 +209,23 @@ def _no_hook(hook) -> bool:
     return hook is None or (type(hook).__name__ == "HookChain" and not hook.calls)
 
 
+def _no_hooks(runtime_knobs) -> bool:
+    return _no_hook(runtime_knobs.launch_enter_hook) and _no_hook(runtime_knobs.launch_exit_hook)
+
+
+def _c_launch(run):
+    """(the C launch function, its arguments between the function handle and the kernel's
+    own) of a launcher laid out as Triton 3.6's ``CudaLauncher``; None for any other layout,
+    or a kernel that needs scratch memory allocated per launch (``run`` does that)."""
+    fields = ("launch", "global_scratch_size", "profile_scratch_size", "launch_cooperative_grid", "launch_pdl")
+    if not all(hasattr(run, f) for f in fields) or hasattr(run, "arg_annotations") or getattr(run, "gsan_enabled", 0):
+        return None
+    if run.global_scratch_size or run.profile_scratch_size:
+        return None
+    # cooperative grid, programmatic dependent launch, no global and no profile scratch
+    return run.launch, (run.launch_cooperative_grid, run.launch_pdl, None, None)
+
+
 def direct_launch(kernel, compiled, grid: tuple, aligned: tuple | None, sizes: tuple, config: dict):
     """A launch of the compiled binary that skips Triton's per-call argument binding.
 
@@ -215,9 +234,14 @@ def direct_launch(kernel, compiled, grid: tuple, aligned: tuple | None, sizes: t
     keep their types from call to call (the graph's guards fix dtypes and devices, sizes
     are bound here), so the one thing that can change is the 16-byte alignment Triton
     specialized each pointer on (``aligned``, per pointer; None: not all tensors): the
-    returned function checks exactly that and returns
-    False (the caller then goes through Triton) when it differs, or when a launch hook
-    (a profiler's, say) is installed: hooks need the launch metadata Triton builds. None when this Triton's launch interface is not the one we know.
+    returned function checks exactly that and returns False (the caller then goes
+    through Triton) when it differs, or when a launch hook (a profiler's, say) is
+    installed. None when this Triton's launch interface is not the one we know.
+
+    The pointers go to the binary's C launcher as the integers the alignment check read
+    (a tensor there costs another ``data_ptr()`` call and a ``cuPointerGetAttribute``
+    each), and with Triton 3.6's launcher (``_c_launch``) straight to its C function: no
+    Python ``__call__`` and scratch-allocation closures per launch.
     """
     try:
         from triton import knobs
@@ -235,24 +259,39 @@ def direct_launch(kernel, compiled, grid: tuple, aligned: tuple | None, sizes: t
     given = len(aligned) + len(sizes)
     if any(n not in config for n in names[given:]) or len(names) < given:
         return None
+    runtime_knobs = knobs.runtime
+    # The hook chains the knobs hold now, and their lists of hooks (which adding a hook
+    # fills in place): while both are the same and empty no hook is installed; a knob
+    # that is no chain (older Triton: None or a function) is checked as it is.
+    enter, leave = runtime_knobs.launch_enter_hook, runtime_knobs.launch_exit_hook
+    enter_calls, leave_calls = getattr(enter, "calls", (None,)), getattr(leave, "calls", (None,))
+    data_ptr = torch.Tensor.data_ptr   # the C method itself, mapped over the arguments
     tail = (*sizes, *(config[n] for n in names[given:]))
-    run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
-    grid_x, grid_y, grid_z = (*grid, 1, 1)[:3]
+    grid_xyz = (*grid, 1, 1)[:3]
+    c_launch = _c_launch(compiled.run)
+    if c_launch is not None:
+        launch, fixed = c_launch
+        between = (compiled.function, *fixed, compiled.packed_metadata, None, None, None)   # no metadata, no hooks
+    else:   # the launcher's own call, same arguments but for the scratch it allocates itself
+        launch, between = compiled.run, (compiled.function, compiled.packed_metadata, None, None, None)
     current_device, current_stream = driver.active.get_current_device, driver.active.get_current_stream
     if current_device is torch.cuda.current_device and hasattr(torch._C, "_cuda_getDevice"):
         # CUDA is initialised once a kernel has run: skip current_device's lazy-init checks
         # (a few microseconds per launch, dozens of launches per call)
         current_device = torch._C._cuda_getDevice
-    runtime_knobs = knobs.runtime
+    all_aligned = all(aligned)
 
     def direct(args) -> bool:
-        if not (_no_hook(runtime_knobs.launch_enter_hook) and _no_hook(runtime_knobs.launch_exit_hook)):
-            return False
-        for arg, was_aligned in zip(args, aligned):
-            if (arg.data_ptr() % 16 == 0) is not was_aligned:
+        if not (runtime_knobs.launch_enter_hook is enter and runtime_knobs.launch_exit_hook is leave
+                and not enter_calls and not leave_calls) and not _no_hooks(runtime_knobs):
+            return False   # hooks need the launch metadata Triton builds (a profiler's): Triton launches
+        pointers = tuple(map(data_ptr, args))
+        if all_aligned:
+            if functools.reduce(operator.or_, pointers, 0) & 15:
                 return False
-        run(grid_x, grid_y, grid_z, current_stream(current_device()), function, packed, None, None, None,
-            *args, *tail)
+        elif tuple(p % 16 == 0 for p in pointers) != aligned:
+            return False
+        launch(*grid_xyz, current_stream(current_device()), *between, *pointers, *tail)
         return True
 
     return direct

@@ -1,0 +1,106 @@
+"""The direct launch of a compiled Triton binary (``runtime/launcher.direct_launch``), without a GPU.
+
+On a GPU every warm launch goes this way (tests/backend/test_gpu.py runs it for real).
+Here stand-ins take the place of a compiled kernel and of its launcher, shaped as Triton
+3.6's ``CompiledKernel`` and ``CudaLauncher``, and record what the launch hands them: the
+arguments of Triton 3.6's C ``launch`` (format ``iiiKKppOOOOOO`` then the kernel's own:
+grid, stream, function, cooperative grid, PDL, global and profile scratch, packed
+metadata, launch metadata, enter and exit hooks), with each pointer as an integer.
+"""
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from triton import knobs
+from triton.runtime.driver import driver
+
+from surge.runtime.launcher import direct_launch
+
+STREAM, DEVICE, FUNCTION, PACKED = 7777, 0, 1234, (4, 1, 0)
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, *args):
+        self.calls.append(args)
+
+
+def launcher_36(**changes):
+    """A stand-in of Triton 3.6's CudaLauncher: its C ``launch`` and the metadata it reads."""
+    fields = dict(launch=Recorder(), num_ctas=1, global_scratch_size=0, global_scratch_align=1,
+                  profile_scratch_size=0, profile_scratch_align=1, launch_cooperative_grid=False, launch_pdl=False)
+    fields.update(changes)
+    run = Recorder()   # its Python __call__, which allocates scratch and calls launch
+    for name, value in fields.items():
+        setattr(run, name, value)
+    return run
+
+
+@pytest.fixture
+def gpu_driver(monkeypatch):
+    active = types.SimpleNamespace(get_current_device=lambda: DEVICE, get_current_stream=lambda device: STREAM)
+    monkeypatch.setattr(driver, "_active", active)
+
+
+def compiled_with(run):
+    return types.SimpleNamespace(run=run, function=FUNCTION, packed_metadata=PACKED)
+
+
+KERNEL = types.SimpleNamespace(arg_names=["in_ptr0", "out_ptr0", "xnumel", "XBLOCK"], used_global_vals={})
+
+
+def arguments():
+    return (torch.empty(64), torch.empty(64))
+
+
+def test_launches_triton_36s_c_function_with_integer_pointers(gpu_driver):
+    run = launcher_36()
+    direct = direct_launch(KERNEL, compiled_with(run), (4,), (True, True), (64,), {"XBLOCK": 16})
+    args = arguments()
+    assert direct(args) is True
+    assert run.calls == []   # not through the Python __call__
+    (call,) = run.launch.calls
+    assert call == (4, 1, 1, STREAM, FUNCTION, False, False, None, None, PACKED, None, None, None,
+                    args[0].data_ptr(), args[1].data_ptr(), 64, 16)
+
+
+@pytest.mark.parametrize("run", [launcher_36(global_scratch_size=128), launcher_36(arg_annotations=[]), Recorder()],
+                         ids=["scratch", "triton-3.9", "other"])
+def test_other_launches_go_through_the_launchers_call(gpu_driver, run):
+    """A kernel that needs scratch memory (the launcher's call allocates it), or a launcher
+    not laid out as 3.6's (3.9's C launch takes annotated arguments as one tuple): its call, as Triton's ``run`` makes it (grid, stream, function,
+    metadata, no launch metadata, no hooks, the kernel's arguments)."""
+    direct = direct_launch(KERNEL, compiled_with(run), (4, 2), (True, True), (64,), {"XBLOCK": 16})
+    args = arguments()
+    assert direct(args) is True
+    assert getattr(run, "launch", Recorder()).calls == []
+    (call,) = run.calls
+    assert call == (4, 2, 1, STREAM, FUNCTION, PACKED, None, None, None, args[0].data_ptr(), args[1].data_ptr(), 64, 16)
+
+
+def test_a_misaligned_pointer_or_an_installed_hook_goes_back_to_triton(gpu_driver):
+    run = launcher_36()
+    direct = direct_launch(KERNEL, compiled_with(run), (4,), (True, True), (64,), {"XBLOCK": 16})
+    base = torch.empty(65)
+    assert direct((base[1:], torch.empty(64))) is False   # 4 bytes past an aligned start
+    chain = knobs.runtime.launch_enter_hook
+    hook = lambda metadata: None  # noqa: E731
+    chain.add(hook)
+    try:
+        assert direct(arguments()) is False
+    finally:
+        chain.remove(hook)
+    assert direct(arguments()) is True
+    assert len(run.launch.calls) == 1
+
+
+def test_a_binary_specialized_for_a_misaligned_pointer_launches_directly_with_it(gpu_driver):
+    run = launcher_36()
+    direct = direct_launch(KERNEL, compiled_with(run), (4,), (False, True), (64,), {"XBLOCK": 16})
+    base = torch.empty(65)
+    assert direct((base[1:], torch.empty(64))) is True
+    assert direct(arguments()) is False
