@@ -13,7 +13,7 @@ import sympy
 import torch
 
 from ..lowering.ir import ExternBuffer, InputBuffer, LoopGraph, TensorArg
-from ..schedule.arena import Arena
+from ..schedule.arena import Arena, extern_operands
 from ..schedule.groups import KernelGroup
 from ..schedule.scheduler import Schedule
 from .common import format_index
@@ -100,8 +100,20 @@ def guard_condition(guard) -> str:
     return f"{format_index(guard.expr)} {op} 0"
 
 
+def arena_address(slot) -> str:
+    """The address of an arena slot, from the arena's (``_base``, bound once per call)."""
+    return "_base" if slot.offset == 0 else f"_base + {format_index(slot.offset)}"
+
+
 class WrapperWriter:
-    def __init__(self, schedule: Schedule, launch_args: dict):
+    """``addresses``: kernels take integer addresses (compiled Triton kernels do, through
+    their direct launch: ``runtime/launcher.py``), so the arena's buffers that only kernels
+    read need no tensor: each is the arena's address plus its slot's offset, not an
+    ``as_strided`` view made per call (about 1 us each, a hundred per ResNet training step
+    on a GPU). Triton's interpreter reads tensors; an autotuned kernel is timed on copies
+    of its arguments' storages: their host code keeps the views."""
+
+    def __init__(self, schedule: Schedule, launch_args: dict, addresses: bool = False):
         self.schedule = schedule
         self.graph: LoopGraph = schedule.graph
         self.launch_args = launch_args      # kernel name -> (buffer names, size arguments) in param order
@@ -113,6 +125,8 @@ class WrapperWriter:
         self.callees = ExternCallees()   # filled as extern lines are written
         memory = schedule.memory
         self.arena = memory.arena if memory is not None and memory.arena is not None else Arena({}, 0, 1, {})
+        held = extern_operands(self.graph) | {o.arg.buffer for o in self.graph.outputs if isinstance(o.arg, TensorArg)}
+        self.addressed = {n for n in self.arena.root_of if n not in held} if addresses else set()
 
     # -- the arena -----------------------------------------------------------------
     def slot_elements(self, name: str) -> sympy.Expr:
@@ -120,12 +134,16 @@ class WrapperWriter:
         return sympy.expand(self.arena.slot(name).offset / self.by_name[name].dtype.itemsize)
 
     def arena_dtypes(self) -> list:
-        return sorted({self.by_name[root].dtype for root in self.arena.slots}, key=str)
+        """The dtypes of the arena's buffers that are tensors (views of it)."""
+        return sorted({self.by_name[name].dtype for name in self.arena.root_of if name not in self.addressed}, key=str)
 
     def arena_lines(self) -> list:
-        """The one allocation of a call's arena, and one typed view of it per dtype stored there."""
+        """The one allocation of a call's arena, its address, and one typed view of it per
+        dtype its tensors have."""
         lines = [f"_arena = empty_strided(({format_index(self.arena.size)}, ), (1, ), device=_device, "
                  f"dtype=torch.uint8)"]
+        if self.addressed:
+            lines.append("_base = _arena.data_ptr()")
         lines += [f"{arena_view(dtype)} = _arena.view({dtype})" for dtype in self.arena_dtypes()]
         return lines
 
@@ -182,7 +200,12 @@ class WrapperWriter:
             in_place = sm.in_place()   # donors the kernel still reads: freed after it
             for name, src in sm.allocate:
                 buf = self.by_name[name]
-                if src in in_place:   # the same elements, maybe in another shape ([B*T, C] as [B, T, C])
+                if name in self.addressed:   # kernels take its slot's address
+                    if src is not None and src not in in_place and src not in self.addressed:
+                        body.append(f"del {src}  # its slot is reused")
+                elif src in self.addressed:   # a tensor over the slot a kernel-only buffer had
+                    body.append(f"{name} = {self.arena_tensor(name, buf.layout)}  # arena")
+                elif src in in_place:   # the same elements, maybe in another shape ([B*T, C] as [B, T, C])
                     body.append(f"{name} = {self.storage_of(src, buf.layout)}  # reuse in place")
                 elif src is not None:
                     body.append(f"{name} = {src}; del {src}  # reuse")
@@ -198,7 +221,8 @@ class WrapperWriter:
             else:
                 body.append(self.extern_line(step.buffer))
                 body.extend(self.layout_check(step.buffer))
-            dead = [n for n in sm.free_after if n not in reused or n in in_place] + sm.inputs_dead_after
+            dead = [n for n in sm.free_after if (n not in reused or n in in_place) and n not in self.addressed]
+            dead += sm.inputs_dead_after
             if k == arena_steps[1]:
                 dead += self.arena_names()
             if dead:
@@ -227,9 +251,15 @@ class WrapperWriter:
         index expressions); a tensor argument passes its data_ptr, which points
         past its storage offset, so an extern view is passed from its storage start."""
         buf = self.by_name[name]
+        if name in self.addressed:
+            return arena_address(self.arena.slot(name))
         if isinstance(buf, ExternBuffer) and buf.layout.offset != 0:
             return f"as_strided({name}, (1, ), (1, ), 0)"
         return name
+
+    def address_positions(self, kernel: str) -> list:
+        """The positions of ``kernel``'s pointer arguments that the host code passes as addresses."""
+        return [k for k, name in enumerate(self.launch_args[kernel][0]) if name in self.addressed]
 
     def layout_check(self, buf: ExternBuffer) -> list:
         """An extern op's result may be laid out otherwise than traced (its strides can
@@ -298,8 +328,10 @@ def same_storage(t, shape, stride):
 '''
 
 
-def generate_wrapper(schedule: Schedule, launch_args: dict) -> str:
-    writer = WrapperWriter(schedule, launch_args)
+def generate_wrapper(schedule: Schedule, launch_args: dict, addresses: bool = False) -> tuple:
+    """(the host code's text, {kernel: positions of its pointer arguments passed as addresses})."""
+    writer = WrapperWriter(schedule, launch_args, addresses)
     make_call = writer.write()   # first: it collects the module-level names of the extern calls
-    return (WRAPPER_PRELUDE + RELAYOUT_HELPER + SAME_STORAGE_HELPER + CALLEES_PRELUDE + "\n"
+    text = (WRAPPER_PRELUDE + RELAYOUT_HELPER + SAME_STORAGE_HELPER + CALLEES_PRELUDE + "\n"
             + "".join(line + "\n" for line in writer.callees.module_bindings()) + "\n\n" + make_call)
+    return text, {kernel: writer.address_positions(kernel) for kernel in launch_args}

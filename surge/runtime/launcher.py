@@ -55,7 +55,7 @@ def _alignment(args) -> tuple | None:
     None when an argument is no tensor."""
     import torch
 
-    if not all(isinstance(a, torch.Tensor) for a in args):
+    if not all(isinstance(a, (torch.Tensor, _Address)) for a in args):
         return None
     return tuple(a.data_ptr() % 16 == 0 for a in args)
 
@@ -88,6 +88,7 @@ def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tu
     interpret = interpreting()
     configs = autotune.candidate_configs(meta, interpret)
     sizes = (meta["xnumel"], meta["rnumel"]) if meta["reduction"] else (meta["xnumel"],)
+    addresses = _addresses(meta)
     state = {}
 
     def run(args, config):
@@ -140,7 +141,8 @@ def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tu
             if fresh:
                 compiled = kernel.warmup(*dtypes, *sizes, grid=state["grid"], **config)
             _load_on_device(compiled)
-            state["direct"] = direct_launch(kernel, compiled, state["grid"], (True,) * len(dtypes), sizes, config)
+            state["direct"] = direct_launch(kernel, compiled, state["grid"], (True,) * len(dtypes), sizes, config,
+                                            addresses)
             if fresh and state["direct"] is not None:
                 binary_cache.store(cache_dir, key, compiled)
         state["config"] = config
@@ -183,9 +185,12 @@ def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tu
             if interpret:  # nothing is compiled: the first launch is only the (slow) run
                 return first_launch(args)
             # Triton compiles a kernel on its first launch, after the graph's compile has
-            # ended: a compile record of its own (autotuning nests inside it).
+            # ended: a compile record of its own (autotuning nests inside it). A kernel given
+            # addresses binds as warmup does: Triton's first launch would specialize on them.
             with phase_timer.compile(f"first launch of {name}"), phase_timer.phase("kernel_compile"):
-                return first_launch(args)
+                if not (addresses and bind()):
+                    return first_launch(args)
+            config = state["config"]
         direct = state.get("direct")
         if direct is not None:
             try:
@@ -194,7 +199,7 @@ def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tu
             except (TypeError, ValueError) as error:  # the binary's launcher refused our arguments
                 state["direct"] = None
                 logs.log("perf", f"direct launch of {name} refused ({error}); launching through Triton")
-        state["bound"](*args, *sizes, **config)
+        state["bound"](*_for_triton(args, addresses), *sizes, **config)
 
     launch.configs = configs
     launch.bind = bind
@@ -202,6 +207,36 @@ def make_launcher(kernel, name: str, meta: dict, source: str, cache_dir: str, tu
     launch.kernel = kernel
     launch.meta = meta
     return asserting_in_interpreter(launch, meta)
+
+
+class _Address:
+    """A pointer argument the host code passes as an integer (an arena slot's address:
+    ``codegen/wrapper.py``), where Triton's own launch path wants a tensor: what Triton
+    reads of one (its dtype and data pointer), as Triton's ``MockTensor`` offers them."""
+
+    __slots__ = ("address", "dtype")
+
+    def __init__(self, address: int, dtype):
+        self.address, self.dtype = address, dtype
+
+    def data_ptr(self) -> int:
+        return self.address
+
+
+def _addresses(meta: dict) -> dict:
+    """Pointer position -> torch dtype of the pointer arguments passed as integers."""
+    positions = meta.get("addresses")
+    if not positions:
+        return {}
+    dtypes = _pointer_dtypes(meta)
+    return {k: dtypes[k] for k in positions}
+
+
+def _for_triton(args: tuple, addresses: dict) -> tuple:
+    """``args`` for Triton's own launch: each integer address as a pointer of its dtype."""
+    if not addresses:
+        return args
+    return tuple(_Address(a, addresses[k]) if k in addresses else a for k, a in enumerate(args))
 
 
 def _no_hook(hook) -> bool:
@@ -226,7 +261,8 @@ def _c_launch(run):
     return run.launch, (run.launch_cooperative_grid, run.launch_pdl, None, None)
 
 
-def direct_launch(kernel, compiled, grid: tuple, aligned: tuple | None, sizes: tuple, config: dict):
+def direct_launch(kernel, compiled, grid: tuple, aligned: tuple | None, sizes: tuple, config: dict,
+                  addresses: dict | None = None):
     """A launch of the compiled binary that skips Triton's per-call argument binding.
 
     ``kernel[grid](...)`` re-derives the specialization key from every argument on each
@@ -241,7 +277,8 @@ def direct_launch(kernel, compiled, grid: tuple, aligned: tuple | None, sizes: t
     The pointers go to the binary's C launcher as the integers the alignment check read
     (a tensor there costs another ``data_ptr()`` call and a ``cuPointerGetAttribute``
     each), and with Triton 3.6's launcher (``_c_launch``) straight to its C function: no
-    Python ``__call__`` and scratch-allocation closures per launch.
+    Python ``__call__`` and scratch-allocation closures per launch. Pointer positions in
+    ``addresses`` are integers already.
     """
     try:
         from triton import knobs
@@ -266,6 +303,8 @@ def direct_launch(kernel, compiled, grid: tuple, aligned: tuple | None, sizes: t
     enter, leave = runtime_knobs.launch_enter_hook, runtime_knobs.launch_exit_hook
     enter_calls, leave_calls = getattr(enter, "calls", (None,)), getattr(leave, "calls", (None,))
     data_ptr = torch.Tensor.data_ptr   # the C method itself, mapped over the arguments
+    # per pointer, what reads its address: int() of an integer is itself
+    readers = tuple(int if k in (addresses or ()) else data_ptr for k in range(len(aligned)))
     tail = (*sizes, *(config[n] for n in names[given:]))
     grid_xyz = (*grid, 1, 1)[:3]
     c_launch = _c_launch(compiled.run)
@@ -285,7 +324,7 @@ def direct_launch(kernel, compiled, grid: tuple, aligned: tuple | None, sizes: t
         if not (runtime_knobs.launch_enter_hook is enter and runtime_knobs.launch_exit_hook is leave
                 and not enter_calls and not leave_calls) and not _no_hooks(runtime_knobs):
             return False   # hooks need the launch metadata Triton builds (a profiler's): Triton launches
-        pointers = tuple(map(data_ptr, args))
+        pointers = tuple(map(operator.call, readers, args)) if addresses else tuple(map(data_ptr, args))
         if all_aligned:
             if functools.reduce(operator.or_, pointers, 0) & 15:
                 return False
@@ -309,6 +348,7 @@ def make_symbolic_launcher(kernel, name: str, meta: dict, source: str, cache_dir
     interpret = interpreting()
     numels = 2 if meta["reduction"] else 1
     pointers = sum(1 for t in meta["signature"].values() if t.startswith("*"))
+    addresses = _addresses(meta)
     configs: dict = {}    # (xnumel, rnumel) -> (grid, config)
     launches: dict = {}   # all size arguments -> (grid, config, direct launch or None)
 
@@ -341,9 +381,10 @@ def make_symbolic_launcher(kernel, name: str, meta: dict, source: str, cache_dir
                 compile_pool.finish_pending()
             found = configs[key] = pick(args, key)
         grid, config = found
+        args = _for_triton(args, addresses)
         compiled = kernel[grid](*args, **config)
         direct = None if interpret else direct_launch(kernel, compiled, grid, _alignment(args[:pointers]), sizes,
-                                                      config)
+                                                      config, addresses)
         launches[sizes] = (grid, config, direct)
 
     def bind() -> bool:
@@ -365,7 +406,7 @@ def make_symbolic_launcher(kernel, name: str, meta: dict, source: str, cache_dir
             dtypes = _pointer_dtypes(meta)
             compiled = kernel.warmup(*dtypes, *sizes, grid=grid, **config)
             _load_on_device(compiled)
-            direct = direct_launch(kernel, compiled, grid, (True,) * len(dtypes), sizes, config)
+            direct = direct_launch(kernel, compiled, grid, (True,) * len(dtypes), sizes, config, addresses)
         launches[sizes] = (grid, config, direct)
         return True
 
@@ -382,7 +423,7 @@ def make_symbolic_launcher(kernel, name: str, meta: dict, source: str, cache_dir
             except (TypeError, ValueError) as error:   # the binary's launcher refused our arguments
                 launches[sizes] = (grid, config, None)
                 logs.log("perf", f"direct launch of {name} refused ({error}); launching through Triton")
-        kernel[grid](*args, **config)
+        kernel[grid](*_for_triton(args, addresses), **config)
 
     launch.configs = []
     launch.bind = bind

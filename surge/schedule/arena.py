@@ -6,9 +6,9 @@ plan allocates for a kernel output is a *slot* with a lifetime (the step that al
 to the last step that reads a buffer stored in it) and a size in bytes, rounded up to the
 target's alignment. Slots whose lifetimes overlap get disjoint byte ranges; others may
 share bytes. The host code allocates the arena once per call, before the first step
-that stores into it, passes ``arena + offset`` (C++: an address, no tensor at all;
-Triton: a view) instead of allocating each buffer, and frees it after the last step
-that reads it.
+that stores into it, passes ``arena + offset`` (an address, no tensor at all, to C++
+segments and compiled Triton kernels; a view where a tensor is needed) instead of
+allocating each buffer, and frees it after the last step that reads it.
 
 What stays outside (its own allocation, as before):
 

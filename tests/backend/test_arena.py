@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from surge.backends.cpp import compile_aten_graph_cpp, target_for as cpp_target_for
-from surge.backends.triton import compile_aten_graph
+from surge.backends.triton import compile_aten_graph, target_for
 from surge.lowering.lower import lower_graph
 from surge.lowering.sizes import product
 from surge.options import CompileConfig, Options
@@ -182,3 +182,58 @@ def test_a_plan_without_arena_slots_allocates_no_arena():
     compiled = compile_aten_graph_cpp(aten_graph(lambda v: v.sin() + 1, x), [x], _options())
     assert not compiled.schedule.memory.arena.slots
     assert "_arena" not in compiled.source and compiled.memory == {"arena_bytes": 0, "alignment": 1, "slots": {}}
+
+
+def test_compiled_triton_kernels_get_addresses_of_the_arenas_kernel_only_buffers(tmp_path):
+    """For compiled Triton kernels the host code passes the arena's kernel-only buffers as
+    ``_base + offset`` integers (no ``as_strided`` view per buffer and call) and names their
+    positions in the kernels' metadata. Run here by interpreted kernels whose launcher
+    turns each address back into a tensor over the call's arena: the results are eager's
+    only if every address is its buffer's slot."""
+    import hashlib
+
+    from surge.codegen.triton.module import generate_module
+    from surge.runtime import code_cache
+    from surge.runtime.launcher import _pointer_dtypes, make_launcher
+
+    inputs = _inputs(device=DEVICE)
+    interpreted = target_for(torch.device(DEVICE))
+    config = CompileConfig()
+    graph, _ = lower_graph(aten_graph(many_intermediates, *inputs), inputs, target=interpreted, config=config)
+    schedule = schedule_graph(graph)
+    source, _ = generate_module(schedule, dataclasses.replace(interpreted, interpreted=False), config)
+    call = source.split("def call(args):")[1]
+    kernel_only = set(schedule.memory.arena.root_of) - extern_operands(graph)
+    assert kernel_only and "_base = _arena.data_ptr()" in call and "_base + " in call
+    assert not any(f"{name} = as_strided(_arena" in call for name in kernel_only)
+    path = code_cache.write_module(str(tmp_path), "graphs", hashlib.sha256(source.encode()).hexdigest()[:24], source)
+    module = code_cache.load_module(path, source)
+    arenas = []
+
+    def allocate(shape, stride, **kwargs):
+        out = torch.empty_strided(shape, stride, **kwargs)
+        if kwargs.get("dtype") is torch.uint8:
+            arenas.append(out)   # the call's arena
+        return out
+
+    module.empty_strided = allocate
+    addressed = {name: meta["addresses"] for name, meta in module.KERNELS.items() if meta.get("addresses")}
+    assert addressed
+
+    def through_the_arena(name, meta):
+        tensors_meta = {k: v for k, v in meta.items() if k != "addresses"}   # it is given tensors
+        launch = make_launcher(getattr(module, name), name, tensors_meta, source, str(tmp_path))
+        dtypes = _pointer_dtypes(meta)
+
+        def run(*args):
+            arena = arenas[-1]
+            tensors = [arena[a - arena.data_ptr():].view(dtypes[k]) if k in addressed.get(name, ()) else a
+                       for k, a in enumerate(args[:len(dtypes)])]
+            launch(*tensors, *args[len(dtypes):])
+        return run
+
+    run = module.make_call({name: through_the_arena(name, meta) for name, meta in module.KERNELS.items()})
+    for _ in range(2):
+        args = _inputs(device=DEVICE)
+        for actual, expected in zip(run(list(args)), many_intermediates(*args)):
+            torch.testing.assert_close(actual, expected, atol=1e-3, rtol=1e-3)

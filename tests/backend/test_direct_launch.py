@@ -16,7 +16,7 @@ import torch
 from triton import knobs
 from triton.runtime.driver import driver
 
-from surge.runtime.launcher import direct_launch
+from surge.runtime.launcher import _for_triton, direct_launch
 
 STREAM, DEVICE, FUNCTION, PACKED = 7777, 0, 1234, (4, 1, 0)
 
@@ -104,3 +104,22 @@ def test_a_binary_specialized_for_a_misaligned_pointer_launches_directly_with_it
     base = torch.empty(65)
     assert direct((base[1:], torch.empty(64))) is True
     assert direct(arguments()) is False
+
+
+def test_arena_addresses_are_launched_as_the_integers_they_are(gpu_driver):
+    """The host code passes a kernel-only arena buffer as its address (``codegen/wrapper.py``):
+    the launch reads the other pointers' data pointers and checks the address's alignment."""
+    run = launcher_36()
+    direct = direct_launch(KERNEL, compiled_with(run), (4,), (True, True), (64,), {"XBLOCK": 16},
+                           {1: torch.float32})
+    tensor, address = torch.empty(64), 1 << 20
+    assert direct((tensor, address)) is True
+    assert run.launch.calls[-1][-4:] == (tensor.data_ptr(), address, 64, 16)
+    assert direct((tensor, address + 4)) is False
+
+
+def test_tritons_own_launch_gets_each_address_as_a_pointer_of_its_dtype():
+    tensor = torch.empty(4)
+    given = _for_triton((tensor, 4096, 7), {1: torch.bfloat16})
+    assert given[0] is tensor and given[2] == 7
+    assert given[1].data_ptr() == 4096 and given[1].dtype is torch.bfloat16

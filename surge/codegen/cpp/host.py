@@ -12,7 +12,7 @@ from ...schedule.arena import extern_operands
 from ...schedule.scheduler import Schedule
 from ..common import format_index
 from ..launches import tables_source
-from ..wrapper import WRAPPER_PRELUDE, argument_names, guard_imports, size_bindings
+from ..wrapper import WRAPPER_PRELUDE, argument_names, arena_address, guard_imports, size_bindings
 from .extern_calls import BINDINGS_PRELUDE, ExternCalls
 from .host_layouts import host_layouts
 from .module import CppModule
@@ -71,7 +71,7 @@ class HostWriter:
         buf = self.by_name[name]
         slot = self.arena.slot(name)
         if slot is not None:   # no tensor: the arena's address plus the slot's offset
-            return "_base" if slot.offset == 0 else f"_base + {format_index(slot.offset)}"
+            return arena_address(slot)
         offset = buf.layout.offset if isinstance(buf, ExternBuffer) else 0
         if offset != 0:   # kernels index from the storage's start, data_ptr() points past the offset
             return f"{name}.data_ptr() - {format_index(offset * buf.dtype.itemsize)}"

@@ -86,15 +86,19 @@ def generate_module(schedule: Schedule, target: Target, config: CompileConfig) -
                           index_checks=ks.index_checks)
         if ks.size_args:   # sizes are arguments: numbers, grid and config come with each call
             meta[name].update(symbolic=True, size_hints=ks.size_hints)
+    launch_args = {name: ([buf for _, buf, _ in ks.params if buf is not None], ks.size_args)
+                   for name, ks in kernels.items()}
+    wrapper, addressed = generate_wrapper(schedule, launch_args, addresses=not (target.interpreted or config.autotune))
+    for name, positions in addressed.items():
+        if positions:   # the launcher reads these pointers as integers (runtime/launcher.py)
+            meta[name]["addresses"] = positions
     parts = [HEADER, "KERNEL_FILES = {}\n"]
     parts.extend(f"KERNEL_FILES[{key!r}] = {_string_literal(text)}\n" for key, text in files.items())
     parts.append(KERNELS_LINE + repr(meta) + "\n")
     parts.append("kernels = load_kernels(KERNEL_FILES, KERNELS, __file__)")
     parts.extend(f"{name} = kernels[{name!r}]" for name in kernels)
     parts.append(WRAPPER_MARK)
-    launch_args = {name: ([buf for _, buf, _ in ks.params if buf is not None], ks.size_args)
-                   for name, ks in kernels.items()}
-    parts.append(generate_wrapper(schedule, launch_args))
+    parts.append(wrapper)
     parts.append(tables_source(schedule, lambda group: "triton_" + group.name))
     return "\n".join(parts), kernels
 
