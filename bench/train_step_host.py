@@ -25,10 +25,11 @@ the layers' own calls:
 
 Each figure is the median over ``--steps`` steps (the machine is shared; ``--min`` prints
 minima); ``--real`` adds a column of steps with their kernels and ATen calls, ``--profile
-ROWS`` a cProfile of host-only steps.
+ROWS`` a cProfile of host-only steps. ``--compiled-host-code`` (triton) runs the host code
+that compiled GPU kernels get instead of the interpreter's (arena buffers as addresses).
 
     PYTHONPATH=.:<timm on cpu> python bench/train_step_host.py [--workload timm.resnet18.train]
-        [--backend cpp|triton] [--image 32] [--steps 200] [--real] [--profile 40]
+        [--backend cpp|triton] [--image 32] [--steps 200] [--real] [--profile 40] [--compiled-host-code]
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ import os
 import pstats
 import statistics
 import sys
+import tempfile
 import time
 
 if "--backend" in sys.argv and sys.argv[sys.argv.index("--backend") + 1] == "triton":
@@ -105,10 +107,31 @@ def time_graphs(graphs: list, timers: Timers) -> None:
         graph.call = timed
 
 
-def no_op_call(graph: Executable):
-    """The graph's host code with every kernel a no-op (Triton launchers or C++ segments)."""
+def compiled_host_module(graph: Executable, folder: str):
+    """The graph's Triton module generated again as for compiled (GPU) kernels, which take
+    the arena's kernel-only buffers as addresses, and loaded (its kernels never run)."""
+    import dataclasses
+    import hashlib
+
+    from surge.backends.triton import target_for
+    from surge.codegen.triton.module import generate_module
+    from surge.options import CompileConfig
+    from surge.runtime import code_cache
+
+    if graph.schedule is None:
+        raise SystemExit("--compiled-host-code needs graphs compiled in this process (not from a cache)")
+    target = dataclasses.replace(target_for(torch.device("cpu")), interpreted=False)
+    source, _ = generate_module(graph.schedule, target, CompileConfig())
+    key = hashlib.sha256(source.encode()).hexdigest()[:24]
+    return code_cache.load_module(code_cache.write_module(folder, "graphs", key, source), source)
+
+
+def no_op_call(graph: Executable, module=None):
+    """The graph's host code (of ``module``, default its own) with every kernel a no-op
+    (Triton launchers or C++ segments)."""
     if graph.target == "triton":
-        return graph.module.make_call({name: (lambda *args: None) for name in graph.launchers})
+        module = module or graph.module
+        return module.make_call({name: (lambda *args: None) for name in module.KERNELS})
     import ctypes
 
     address = ctypes.cast(ctypes.CDLL(None).getpid, ctypes.c_void_p).value
@@ -191,6 +214,8 @@ def main() -> None:
     p.add_argument("--image", type=int, default=32, help="image side of a vision model's input (0: the scale's)")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--real", action="store_true", help="also time steps with their kernels and ATen calls")
+    p.add_argument("--compiled-host-code", action="store_true",
+                   help="triton: run the host code generated for compiled kernels (arena addresses)")
     p.add_argument("--min", action="store_true", help="minima instead of medians")
     p.add_argument("--profile", type=int, default=0, metavar="ROWS",
                    help="then a cProfile of host-only steps, this many rows by own time")
@@ -201,7 +226,8 @@ def main() -> None:
     timers = Timers()
     graphs = instrument(timers)
     model = inst.fresh_target()
-    compiled = surge.compile(model, backend=args.backend)
+    cache = tempfile.mkdtemp(prefix="train_step_host_")   # compiled here: each graph has its schedule
+    compiled = surge.compile(model, backend=args.backend, options={"cache_dir": cache})
     params = [p for p in model.parameters() if p.requires_grad]
     inputs = inst.make_inputs(0)
     if args.image and inst.sizes.get("image"):
@@ -220,13 +246,15 @@ def main() -> None:
         tables["with kernels and ATen calls"] = run_steps(compiled, inputs, loss_fn, params, timers, names, args.steps)
     replay = ExternReplay()
     for graph in graphs:
-        replay.install(graph.module)
-        graph.own_call = no_op_call(graph)
+        module = compiled_host_module(graph, cache) if args.compiled_host_code else graph.module
+        replay.install(module)
+        graph.own_call = no_op_call(graph, module)
     run_steps(compiled, inputs, loss_fn, params, timers, names, 1)   # records the ATen calls
     replay.recording = False
     tables["host only: no-op kernels, ATen calls replayed"] = run_steps(
         compiled, inputs, loss_fn, params, timers, names, args.steps)
-    print(f"{args.workload} ({args.scale}, image {args.image or 'as the scale'}, {args.backend} backend), "
+    host = ", host code for compiled kernels" if args.compiled_host_code else ""
+    print(f"{args.workload} ({args.scale}, image {args.image or 'as the scale'}, {args.backend} backend{host}), "
           f"us per step, {statistic} of {args.steps} steps:")
     header = list(tables)
     print(f"  {'':28s} " + "  ".join(f"{h:>30s}" for h in header))
