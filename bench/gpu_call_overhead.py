@@ -71,9 +71,12 @@ def main() -> None:
         for fn in calls.values():
             fn()
         times = {k: host_us(fn, args.calls) for k, fn in calls.items()}
-        direct = sum(1 for ln in launchers if ln.state.get("direct") is not None)
+        directs = [ln.state.get("direct") for ln in launchers]
+        direct = sum(1 for d in directs if d is not None)
+        c_launch = sum(1 for d in directs if getattr(d, "calls_c_launch", False))
         print(f"== {name}: host us/call " + ", ".join(f"{k} {v:.1f}" for k, v in times.items())
-              + f"; surge kernels launching directly: {direct} of {len(launchers)}")
+              + f"; surge kernels launching directly: {direct} of {len(launchers)}"
+              + f" ({c_launch} through the C launch itself)")
         profiler = cProfile.Profile()
         profiler.enable()
         for _ in range(args.calls):

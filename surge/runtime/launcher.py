@@ -333,6 +333,7 @@ def direct_launch(kernel, compiled, grid: tuple, aligned: tuple | None, sizes: t
         launch(*grid_xyz, current_stream(current_device()), *between, *pointers, *tail)
         return True
 
+    direct.calls_c_launch = c_launch is not None   # which way it launches (tests, bench/gpu_call_overhead.py)
     return direct
 
 

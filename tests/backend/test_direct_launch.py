@@ -61,7 +61,7 @@ def test_launches_triton_36s_c_function_with_integer_pointers(gpu_driver):
     run = launcher_36()
     direct = direct_launch(KERNEL, compiled_with(run), (4,), (True, True), (64,), {"XBLOCK": 16})
     args = arguments()
-    assert direct(args) is True
+    assert direct(args) is True and direct.calls_c_launch
     assert run.calls == []   # not through the Python __call__
     (call,) = run.launch.calls
     assert call == (4, 1, 1, STREAM, FUNCTION, False, False, None, None, PACKED, None, None, None,
@@ -76,7 +76,7 @@ def test_other_launches_go_through_the_launchers_call(gpu_driver, run):
     metadata, no launch metadata, no hooks, the kernel's arguments)."""
     direct = direct_launch(KERNEL, compiled_with(run), (4, 2), (True, True), (64,), {"XBLOCK": 16})
     args = arguments()
-    assert direct(args) is True
+    assert direct(args) is True and not direct.calls_c_launch
     assert getattr(run, "launch", Recorder()).calls == []
     (call,) = run.calls
     assert call == (4, 2, 1, STREAM, FUNCTION, PACKED, None, None, None, args[0].data_ptr(), args[1].data_ptr(), 64, 16)

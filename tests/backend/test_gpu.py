@@ -100,6 +100,20 @@ def test_repeat_launches_skip_tritons_binding_and_stay_correct():
     assert direct((shifted, *args[1:])) is False  # 4 bytes past an aligned start
 
 
+def test_triton_36s_launcher_is_called_through_its_c_function():
+    """With Triton 3.6 (the version whose launcher layout ``launcher._c_launch`` knows) a warm
+    launch calls the C launch itself, not the launcher's Python ``__call__``."""
+    import triton
+
+    if not triton.__version__.startswith("3.6"):
+        pytest.skip(f"Triton {triton.__version__}: launched through its launcher's call")
+    fn = lambda x: torch.sigmoid(x) * 2  # noqa: E731
+    c = compile_fn(fn, _rand(1000, 256)).warmup()
+    (launch,) = c.launchers.values()
+    assert launch.state["direct"].calls_c_launch
+    assert_matches_eager(fn, c, _rand(1000, 256), atol=1e-5, rtol=1e-5)
+
+
 def test_after_warmup_every_kernel_launches_its_binary_directly():
     """``Executable.warmup()`` compiles and binds each kernel: the first call (what a CUDA
     graph records) binds nothing and launches every kernel through its binary."""
