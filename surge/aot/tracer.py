@@ -39,6 +39,7 @@ from .data_dependent_sizes import data_dependent_rule, trace_data_dependent, tra
 from .symbolic_inputs import SymbolNodes, meta_scalar
 
 aten = torch.ops.aten
+_CPU = torch.device("cpu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -428,4 +429,6 @@ def _output_device(func, kwargs, devices) -> torch.device:
             return device
     if devices:
         return devices[0][1]
-    return torch.get_default_device()
+    # An ATen factory without a device makes a CPU tensor: torch's default-device mode
+    # (``torch.set_default_device``) gives devices to torch's Python functions only.
+    return _CPU

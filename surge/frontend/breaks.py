@@ -46,6 +46,7 @@ from .variables.functions import (
     CellVariable, ContainerMethodVariable, GeneratorVariable, NestedFunctionVariable, OpaqueCallableVariable,
     OpaqueMethodVariable, TensorMethodVariable, UserFunctionVariable, UserMethodVariable,
 )
+from .variables.device_modes import DeviceBlockVariable
 from .variables.exceptions import rebuild_exception, with_chain
 from .variables.exit_stacks import ExitStackVariable
 from .variables.objects import ExceptionVariable, NewObjectVariable
@@ -152,6 +153,13 @@ def grad_mode_outside_blocks(frame, current: bool) -> bool:
     return current
 
 
+def open_device_blocks(frame) -> list:
+    """The devices of the ``with torch.device(...)`` blocks open at the break, outermost
+    first (the break code enters them again)."""
+    return [var.ctx.device for var in frame.stack
+            if isinstance(var, BoundContextMethod) and isinstance(var.ctx, DeviceBlockVariable)]
+
+
 class BreakStateCodegen(ReturnCodegen):
     """Expressions for the values at a break; adds what only a paused frame holds.
 
@@ -254,6 +262,8 @@ class BreakStateCodegen(ReturnCodegen):
             return f"{self.codegen.consts.ref(value.cls, value.cls.__name__)}({', '.join(arguments)})"
         if isinstance(value, AutocastContextVariable):
             return autocast_expression(self.codegen.consts, value)
+        if isinstance(value, DeviceBlockVariable):  # the device is its own context manager
+            return self.const(value.device)
         return super().expr(value)
 
     def tuple_expr(self, values) -> str:

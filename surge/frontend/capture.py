@@ -28,6 +28,7 @@ from .backend_call import call_backend
 from .binding import bind_root
 from .breaks import (
     BreakRunner, BreakState, BreakStateCodegen, ResumeCaller, collect_state_outputs, grad_mode_outside_blocks,
+    open_device_blocks,
 )
 from .cache_entry import BreakReason, CacheEntry
 from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
@@ -35,7 +36,7 @@ from .codegen import EntryCodegen, generate_diagnosis, generate_entry
 from .dynamic_dims import DynamicDims, DynamicState, accepts_data_dependent_sizes, install_shape_guards
 from .number_tensors import StaticNumbersNeeded, has_numbers, numbers_for_backend
 from .shape_env import DataDependent
-from .global_state import functorch_transform_active, preserved_global_state, torch_function_mode_active
+from .global_state import device_modes, device_modes_set_aside, functorch_transform_active, preserved_global_state
 from .interpreter import Frame
 from .interpreter.frame import StopForBreak
 from .reconstruct import ReturnCodegen, collect_tensor_outputs
@@ -46,6 +47,7 @@ from .variables.autocast import (
     AUTOCAST_GRAPH_FUNCTIONS, close_open_blocks, enter_ambient_autocast, restore_autocast_on_error,
 )
 from .variables.contexts import set_grad_mode
+from .variables.device_modes import check_open_blocks, install_ambient
 from .variables.functions import UserFunctionVariable
 
 
@@ -194,9 +196,11 @@ def _capture_once(fn, args, kwargs, options, backend, start, dynamic_state, stop
     tracer.fresh_parameters = fresh_parameters(fn.__code__)
     grad_before = torch.is_grad_enabled()
     tracer.guards.global_state(grad_before, torch.get_default_dtype())
+    ambient_devices = device_modes()
     try:
-        with preserved_global_state(fn.__qualname__), _restored_grad_mode(grad_before):
-            _refuse_unmodeled_modes(tracer)
+        with preserved_global_state(fn.__qualname__), _restored_grad_mode(grad_before), \
+                device_modes_set_aside(len(ambient_devices or ())):
+            _refuse_unmodeled_modes(tracer, ambient_devices)
             enter_ambient_autocast(tracer)
             frame = Frame(tracer, fn.__code__, fn.__globals__, bind_root(tracer, fn, args, kwargs),
                           _root_cells(tracer, fn), name=fn.__qualname__)
@@ -214,8 +218,10 @@ def _capture_once(fn, args, kwargs, options, backend, start, dynamic_state, stop
                     # (the break code re-enters them).
                     set_grad_mode(tracer, grad_mode_outside_blocks(frame, tracer.grad_enabled))
                     close_open_blocks(tracer)
+                    check_open_blocks(tracer, open_device_blocks(frame))
                     return _finish_at_break(tracer, fn, frame, stop, backend, start)
             close_open_blocks(tracer)
+            check_open_blocks(tracer, [])
             return _finish(tracer, fn, result, options, backend, start)
     except StaticNumbersNeeded:
         raise
@@ -260,19 +266,26 @@ def _restored_grad_mode(mode: bool):
         torch._C._set_grad_enabled(mode)
 
 
-def _refuse_unmodeled_modes(tracer: Tracer) -> None:
-    """Inference mode, torch.func transforms and TorchFunctionModes change what ops compute; capture does
-    not model them. A frame called inside one runs eagerly, under a guard on it, so
-    that later calls outside capture as usual. (The caller's autocast is modelled:
-    variables/autocast.py.)"""
+def _refuse_unmodeled_modes(tracer: Tracer, ambient_devices: tuple | None) -> None:
+    """Inference mode, torch.func transforms and TorchFunctionModes other than torch's
+    DeviceContext change what ops compute; capture does not model them. A frame called
+    inside one runs eagerly, under a guard on it, so that later calls outside capture
+    as usual. (The caller's autocast and default device are modelled: variables/autocast.py,
+    variables/device_modes.py.)"""
     modes = {"inference mode": torch.is_inference_mode_enabled,
-             "a torch.func transform": functorch_transform_active,
-             "a TorchFunctionMode": torch_function_mode_active}
+             "a torch.func transform": functorch_transform_active}
     for name, enabled in modes.items():
         if enabled():
             ref = tracer.consts.ref(enabled, enabled.__name__)
             tracer.guards.add(None, f"{ref}()", f"{name} is enabled")
             raise Unsupported(f"called with {name} enabled, which capture does not model")
+    if ambient_devices is None:
+        ref = tracer.consts.ref(device_modes, "device_modes")
+        tracer.guards.add(None, f"{ref}() is None", "a TorchFunctionMode other than a DeviceContext is active")
+        raise Unsupported("called with a TorchFunctionMode enabled, which capture does not model "
+                          "(only torch's default-device mode is)")
+    if ambient_devices:
+        install_ambient(tracer, ambient_devices)
 
 
 def _has_ops(gm_graph) -> bool:

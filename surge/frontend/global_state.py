@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from torch.utils._device import DeviceContext
 
 _functorch = torch._C._functorch
 _AUTOCAST_DEVICES = ("cpu", "cuda")
@@ -35,6 +36,43 @@ def torch_function_mode_active() -> bool:
     """Whether a TorchFunctionMode is on torch's stack (a user's mode, ``torch.device``):
     it changes what every op computes, so entries are guarded on this and capture refuses it."""
     return torch._C._len_torch_function_stack() > 0
+
+
+def device_modes() -> tuple | None:
+    """The devices of the DeviceContexts (``torch.set_default_device``, ``with torch.device``)
+    that make up torch's function mode stack, bottom first; None when another mode is on
+    it. Capture models those (``variables/device_modes.py``) and no other."""
+    devices = []
+    for i in range(torch._C._len_torch_function_stack()):
+        mode = torch._C._get_function_stack_at(i)
+        if type(mode) is not DeviceContext:
+            return None
+        devices.append(mode.device)
+    return tuple(devices)
+
+
+def default_device_context() -> tuple | None:
+    """torch.set_default_device's own context: None, or (its device, the device of the
+    context it replaced on entering, or None)."""
+    context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+    if context is None:
+        return None
+    return context.device, context.prev_mode.device if context.prev_mode is not None else None
+
+
+@contextlib.contextmanager
+def device_modes_set_aside(count: int):
+    """The bottom ``count`` modes (DeviceContexts the trace models) off torch's stack while
+    capture and the backend run: they would place surge's own tensors on their device.
+    Put back below anything pushed meanwhile (which ``preserved_global_state`` reports)."""
+    pop, push = torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack
+    modes = [pop() for _ in range(count)][::-1]
+    try:
+        yield
+    finally:
+        pushed = [pop() for _ in range(torch._C._len_torch_function_stack())][::-1]
+        for mode in modes + pushed:
+            push(mode)
 
 
 class GlobalStateLeak(RuntimeError):

@@ -8,17 +8,16 @@ which device an op's result would live on.
 from __future__ import annotations
 
 import torch
+from torch.utils._device import _device_constructors
 
 META = torch.device("meta")
+CPU = torch.device("cpu")
 
 # Functions that make tensors from Python values: run on meta they need an
-# explicit device, and their result lives on the `device=` argument (or the
-# default device).
-FACTORY_FUNCTIONS = {
-    torch.tensor, torch.as_tensor, torch.zeros, torch.ones, torch.empty, torch.full, torch.arange,
-    torch.linspace, torch.logspace, torch.eye, torch.rand, torch.randn, torch.randint, torch.randperm,
-    torch.empty_strided, torch.scalar_tensor, torch.tril_indices, torch.triu_indices, torch.normal,
-}
+# explicit device, and their result lives on the `device=` argument, else on the CPU
+# (a default device set by torch's DeviceContext mode is made explicit by the trace:
+# variables/device_modes.py).
+FACTORY_FUNCTIONS = frozenset(_device_constructors()) | {torch.normal}
 
 
 def to_meta(value: torch.Tensor) -> torch.Tensor:
@@ -55,7 +54,7 @@ def strip_devices(target, args: tuple, kwargs: dict, is_method: bool):
             index = args[1] if len(args) > 1 else kwargs.get("device")
             device = torch.device("cuda", index) if isinstance(index, int) else torch.device(index or "cuda")
         return (args[0],), {}, device
-    elif target in FACTORY_FUNCTIONS and "device" not in kwargs:
+    elif target in FACTORY_FUNCTIONS and kwargs.get("device") is None:
         kwargs = {**kwargs, "device": META}
     return args, kwargs, device
 
@@ -68,4 +67,4 @@ def result_device(explicit, input_devices: list):
             return d
     if input_devices:
         return input_devices[0]
-    return torch.get_default_device() if hasattr(torch, "get_default_device") else torch.device("cpu")
+    return CPU

@@ -8,6 +8,8 @@ caller observes what eager would have done.
 """
 from __future__ import annotations
 
+import torch
+
 from .sources import Source
 
 
@@ -31,6 +33,10 @@ class SideEffects:
     def store_attribute(self, obj, source: Source, name: str, value) -> None:
         self._stores[("attr", source, name)] = ("attr", source, name, value)
         self._attributes[(id(obj), name)] = value
+
+    def set_default_device(self, device) -> None:
+        """``torch.set_default_device(device)`` in the frame (the last one is what stays)."""
+        self._stores[("default_device",)] = ("default_device", None, None, device)
 
     def attribute(self, obj, name: str):
         """The value the trace itself stored into ``obj.name``, if any."""
@@ -69,6 +75,9 @@ class SideEffects:
                 lines.append(f"{parent}.__closure__[{source.index}].cell_contents = {expr(value)}")
             elif kind == "global":
                 lines.append(f"{source.expr(None, codegen.consts)} = {expr(value)}")
+            elif kind == "default_device":
+                set_default = codegen.consts.ref(torch.set_default_device, "set_default_device")
+                lines.append(f"{set_default}({expr(value)})")
             else:
                 lines.append(f"setattr({codegen.value_of(source)}, {name!r}, {expr(value)})")
         return lines

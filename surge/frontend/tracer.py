@@ -21,6 +21,7 @@ from .sources import AttrSource, ClosureSource, ConstSource, ConstTable, RootFun
 from .variables.base import unsupported
 from .variables.builder import wrap_value
 from .variables.contexts import GeneratorContextVariable, GradModeContextVariable
+from .variables.device_modes import DeviceModes
 from .variables.functions import GeneratorVariable
 from .variables.optimizers import USE_GRAD_CODE, trace_optimizer_step
 
@@ -60,6 +61,8 @@ class Tracer:
         self.torch_function_guarded = False
         # The open torch.autocast blocks (AutocastContextVariables), outermost first.
         self.autocast_blocks: list = []
+        # torch's default-device modes as the trace models them (the caller's: capture.py).
+        self.device_modes = DeviceModes()
         self.current_frame = None
         # The exceptions being handled by running `except`/`finally` handlers, innermost
         # last (CPython's exc_info chain across the inlined frames).

@@ -18,7 +18,7 @@ import torch
 from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..meta import META
+from ..meta import CPU, META
 from .base import Variable, unsupported
 from .constant import NONE, ConstantVariable
 
@@ -250,16 +250,14 @@ class _FactoriesOnMeta(TorchDispatchMode):
         if tensors or not any(a.name == "device" for a in func._schema.arguments):
             return func(*args, **kwargs)
         device = kwargs.get("device")
-        device = torch.device(device) if device is not None else _default_device()
+        # An ATen factory without a device makes a CPU tensor (torch's default-device
+        # mode acts on torch's Python functions only, and the trace made those explicit).
+        device = torch.device(device) if device is not None else CPU
         if device.type == "meta":
             return func(*args, **kwargs)
         out = func(*args, **{**kwargs, "device": META})
         return torch.utils._pytree.tree_map(
             lambda v: DeviceMetaTensor(v, device) if isinstance(v, torch.Tensor) else v, out)
-
-
-def _default_device() -> torch.device:
-    return torch.get_default_device() if hasattr(torch, "get_default_device") else torch.device("cpu")
 
 
 class _WithHistory(torch.autograd.Function):

@@ -73,6 +73,10 @@ class ConstantVariable(Variable):
         return bool(self.value)
 
     def getattr(self, tx, name):
+        if type(self.value) is torch.device and name in ("__enter__", "__exit__"):
+            from .device_modes import device_block_method  # `with torch.device(d):`
+
+            return device_block_method(self.value, name)
         try:
             attr = getattr(self.value, name)
         except AttributeError:

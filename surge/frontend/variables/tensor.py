@@ -22,6 +22,7 @@ from .autocast import run_under_autocast
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .constant import ConstantVariable, is_constant_value, is_numpy_scalar
 from .data_dependent_ops import bind_sizes, data_dependent_result, dynamic_output_rule
+from .device_modes import with_factory_device
 from . import torch_function
 from .tensor_subclasses import PLAIN_TENSOR_CLASSES, as_subclass_method, subclass_getattr, subclass_setattr
 
@@ -155,6 +156,8 @@ def _unwrap(tx, value: Variable, devices: list):
 def record_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable:
     """Add one op to the graph and return its symbolic result; an argument whose class
     overrides ``__torch_function__`` gets the op handed to that override instead."""
+    if kind == "call_function":  # torch's DeviceContext mode runs before any subclass's override
+        kwargs = with_factory_device(tx, target, kwargs)
     overridden = torch_function.dispatch(tx, kind, target, args, kwargs)
     if overridden is not None:
         return overridden

@@ -13,6 +13,7 @@ from ...registry import rule_registrar
 from .base import KnownCallableVariable, unsupported
 from .constant import ConstantVariable, is_constant_value
 from .builtins import BUILTIN_RULES
+from .device_modes import DEVICE_RULES
 from .tensor import TensorVariable, record_op
 from .tensor_subclasses import make_subclass, tensor_new
 from .torch_function import call_overrides, is_overriding, subclass_dispatch_disabled, subclass_dispatch_enabled
@@ -45,14 +46,14 @@ class TorchFunctionVariable(KnownCallableVariable):
         reason = UNSUPPORTED_TORCH_FUNCTIONS.get(self.fn)
         if reason is not None:
             unsupported(reason)
+        rule = TORCH_FUNCTION_RULES.get(self.fn)
+        if rule is not None:
+            return rule(tx, self.fn, args, kwargs)
         name = getattr(self.fn, "__name__", "")
         if getattr(self.fn, "__module__", None) == "torch._C._functorch":
             unsupported(f"torch._C._functorch.{name}() (functorch transform state) in compiled code")
         if name.startswith(("set_", "seed", "use_deterministic")):
             unsupported(f"torch.{name}() changes global state (not captured in a graph)")
-        rule = TORCH_FUNCTION_RULES.get(self.fn)
-        if rule is not None:
-            return rule(tx, self.fn, args, kwargs)
         if args and isinstance(args[0], TensorVariable) and getattr(torch.Tensor, name, None) is self.fn:
             # torch.Tensor.<method>(t, ...), as an override receives it: the method's own rules.
             return args[0].call_method(tx, name, list(args[1:]), dict(kwargs))
@@ -162,5 +163,6 @@ def call_pure_torch_class(tx, cls, args, kwargs):
 PURE_TORCH_CLASSES = (torch.device, torch.Size, torch.finfo, torch.iinfo, torch.dtype)
 
 
+TORCH_FUNCTION_RULES.update(DEVICE_RULES)
 BUILTIN_RULES[torch._C.TensorBase._make_subclass] = make_subclass
 BUILTIN_RULES[torch._C.TensorBase.__new__] = tensor_new

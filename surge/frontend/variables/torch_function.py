@@ -305,7 +305,8 @@ def call_overrides(tx, func, args: list, kwargs: dict, declined=_ABSENT, classes
     types_var = TupleVariable([ClassVariable(arg.cls) for arg in overloaded])
     call_args = [function_variable(tx, func), types_var, TupleVariable(list(args)), DictVariable(dict(kwargs))]
     for arg in overloaded:
-        result = override_of(tx, arg).call(tx, call_args, {})
+        with tx.device_modes.override_handler():
+            result = override_of(tx, arg).call(tx, call_args, {})
         if not (result.is_constant() and result.as_constant() is NotImplemented):
             return result
     if declined is not _ABSENT:
@@ -475,7 +476,8 @@ class subclass_dispatch_disabled:
 
 class DisableTorchFunctionContextVariable(Variable):
     """``torch._C.DisableTorchFunctionSubclass()`` / ``DisableTorchFunction()`` in user
-    code. (Torch function modes are not modelled: only subclass dispatch changes.)"""
+    code: subclass dispatch off; the second also turns torch's default-device modes off
+    for factories (``device_modes.py``)."""
 
     def __init__(self, cls):
         self.cls = cls
@@ -490,10 +492,12 @@ class DisableTorchFunctionContextVariable(Variable):
     def enter(self, tx):
         self.prior = tx.torch_function_enabled
         tx.torch_function_enabled = False
+        tx.device_modes.disabled += self.cls is torch._C.DisableTorchFunction
         return NONE
 
     def exit(self, tx):
         tx.torch_function_enabled = self.prior
+        tx.device_modes.disabled -= self.cls is torch._C.DisableTorchFunction
         return NONE
 
     def getattr(self, tx, name):
