@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from .sources import Source
+from .variables.containers import key_variable
 
 
 class SideEffects:
@@ -65,7 +66,7 @@ class SideEffects:
             if _only_appended(var):  # its items were never read, nor guarded: added to, not replaced
                 lines.append(f"{target}.extend([{', '.join(expr(v) for v in var.appended)}])")
             elif isinstance(var.items, dict):
-                body = ", ".join(f"{k!r}: {expr(v)}" for k, v in var.items.items())
+                body = ", ".join(f"{expr(key_variable(k))}: {expr(v)}" for k, v in var.items.items())
                 lines += [f"new_items = {{{body}}}", f"{target}.clear()", f"{target}.update(new_items)"]
             else:
                 lines.append(f"{target}[:] = [{', '.join(expr(v) for v in var.items)}]")

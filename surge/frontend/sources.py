@@ -318,6 +318,23 @@ class ParamSource:
 
 
 @dataclass(frozen=True)
+class PositionSource:
+    """The ``index``-th key (``part`` "keys") or value ("values") of a dict, or element of
+    a set ("elements"), in iteration order: where a key that is not a constant is read
+    from (its hash runs in the trace, never in a guard)."""
+
+    parent: Source
+    index: int
+    part: str
+
+    def name(self):
+        return f"list({self.parent.name()}{'.values()' if self.part == 'values' else ''})[{self.index}]"
+
+    def expr(self, parent, consts):
+        return f"list({parent}{'.values()' if self.part == 'values' else ''})[{self.index}]"
+
+
+@dataclass(frozen=True)
 class DictStorageSource:
     """``dict.__getitem__(parent, key)``: an entry of a dict subclass's own storage,
     read past any ``__getitem__`` the subclass defines (what ``super().get(key)`` reads)."""

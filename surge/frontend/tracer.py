@@ -68,6 +68,9 @@ class Tracer:
         # last (CPython's exc_info chain across the inlined frames).
         self.handled_exceptions: list = []
         self.instruction_count = 0
+        # Writes the trace made to state outside the frame writing it (attributes, items,
+        # globals, cells, container methods): a __hash__ that writes is not modelled (hashing.py).
+        self.writes = 0
         # Root parameters that may hold objects made anew on every call (resume.py).
         self.fresh_parameters: frozenset = frozenset()
         self._wrapped: dict = {}
@@ -75,6 +78,8 @@ class Tracer:
         self._containers: dict = {}
         # id -> (cell, CellVariable) of the closure cells read from functions.
         self._cells: dict = {}
+        # source -> object of the inputs whose identity the trace used (note_identity).
+        self._identities: dict = {}
         # The files of every code object a frame ran: what a capture kept on disk
         # depends on (frontend/disk_cache.py).
         self.code_files: set[str] = set()
@@ -131,6 +136,17 @@ class Tracer:
         var = CellVariable(lazy=(cell, source))
         self._cells[id(cell)] = (cell, var)
         return var
+
+    def note_identity(self, var, obj) -> None:
+        """An input object (``var``, read from its source) that the trace keys by identity (a
+        dict key, a set element) or compares with ``is``: which of those are one object is
+        guarded, since the trace's answers depend on it (a lookup of another object misses)."""
+        source = var.source
+        if source is None or source in self._identities:
+            return
+        for other_source, other in self._identities.items():
+            self.guards.same_object(source, other_source, obj is other)
+        self._identities[source] = obj
 
     def stack_trace(self) -> str:
         return self.current_frame.stack_trace() if self.current_frame is not None else ""

@@ -41,6 +41,11 @@ class LazyInput:
         self.source = source
 
 
+# Instructions that change state outside their frame (counted: ``Tracer.writes``).
+_WRITES = frozenset({"STORE_ATTR", "DELETE_ATTR", "STORE_SUBSCR", "DELETE_SUBSCR", "STORE_SLICE", "STORE_GLOBAL",
+                     "DELETE_GLOBAL", "STORE_DEREF", "DELETE_DEREF"})
+
+
 @dataclass
 class FrameSnapshot:
     instruction: int
@@ -154,6 +159,8 @@ class Frame:
                 handler = HANDLERS.get(inst.opname)
                 if handler is None:
                     unsupported(f"bytecode {inst.opname} is not supported")
+                if inst.opname in _WRITES:
+                    tracer.writes += 1
                 try:
                     handler(self, inst)
                 except RaisedInUserCode as raised:

@@ -12,10 +12,10 @@ from ..variables.constant import ConstantVariable
 from ..variables.dict_views import DictViewVariable, as_set_operand, set_of_iterable, view_equal
 from ..variables.mapping_proxies import MappingProxyVariable
 from ..variables.containers import (
-    BaseSequenceVariable, DictVariable, ListVariable, SetVariable, TupleVariable, _key_of,
+    _ABSENT, BaseSequenceVariable, DictVariable, ListVariable, SetVariable, TupleVariable, _key_of,
 )
 from ..variables.functions import ContainerMethodVariable, UserFunctionVariable, UserMethodVariable
-from ..variables.objects import NewObjectVariable, ObjectVariable, call_python_dunder
+from ..variables.objects import NewObjectVariable, ObjectVariable, UserObjectVariable, call_python_dunder
 from .python_operators import user_binary_op, user_inplace_op, user_unary_op
 from ..variables.tensor import TensorVariable, record_op
 
@@ -231,7 +231,11 @@ def is_same(a: Variable, b: Variable, tx=None) -> bool:
         return a.node is b.node and not (getattr(a, "own_object", False) or getattr(b, "own_object", False))
     key_a, key_b = getattr(a, "identity_key", None), getattr(b, "identity_key", None)
     if key_a is not None and key_b is not None:
-        return key_a() == key_b()
+        key_a, key_b = key_a(), key_b()
+        if tx is not None and isinstance(a, UserObjectVariable) and isinstance(b, UserObjectVariable):
+            tx.note_identity(a, key_a.obj)  # objects guarded by type: whether they are one is guarded
+            tx.note_identity(b, key_b.obj)
+        return key_a == key_b
     return False
 
 
@@ -363,9 +367,8 @@ def delitem(tx, obj: Variable, index: Variable) -> None:
     if isinstance(obj, DictVariable):
         obj.check_mutable(tx)
         key = _key_of(tx, index)
-        if key not in obj.items:
-            raise_in_user_code(KeyError, repr(key))
-        del obj.items[key]
+        if obj.items.pop(key, _ABSENT) is _ABSENT:
+            raise_in_user_code(KeyError, repr(key), args=(key,))
         return
     if call_python_dunder(tx, obj, "__delitem__", [index]) is not None:
         return

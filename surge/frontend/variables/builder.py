@@ -16,7 +16,9 @@ import weakref
 
 import torch
 
-from ..sources import AttrSource, ItemSource, PlainTensorSource, ProxiedMappingSource, is_typing_form, proxied_mapping
+from ..sources import (
+    AttrSource, ItemSource, PlainTensorSource, PositionSource, ProxiedMappingSource, is_typing_form, proxied_mapping,
+)
 from ..wrappers import compiled_original
 from .base import unsupported
 from .autocast import wrap_autocast_object
@@ -92,7 +94,7 @@ def wrap_value(tx, value, source):
     if type(value) is dict or isinstance(value, dict) and type(value).__module__ == "collections":
         keys = tuple(value)
         if not all(is_constant_value(k) for k in keys):
-            return _wrap_dict_keyed_by_classes(tx, value, source)
+            return _wrap_dict_keyed_by_objects(tx, value, source)
         if guards:
             guards.dict_keys(source, type(value), keys)
         items = {k: wrap_value(tx, v, ItemSource(source, k) if source is not None else None)
@@ -105,7 +107,7 @@ def wrap_value(tx, value, source):
         return var
     if type(value) in (set, frozenset):
         if not all(is_constant_value(v) for v in value):
-            unsupported("a set input with non-constant elements")
+            return _wrap_set_of_objects(tx, value, source)
         if guards:
             guards.add(source, f"type({{v}}) is {type(value).__name__} and {{v}} == {set(value)!r}",
                        f"{source.name()} == {set(value)!r}")
@@ -148,23 +150,44 @@ def wrap_value(tx, value, source):
 _LIST_ITERATOR = type(iter([]))
 
 
-def _wrap_dict_keyed_by_classes(tx, value: dict, source):
-    """A dict whose keys are classes or typing forms (a table of validators by type), beside
-    constants: those keys are identity keys, and the key tuple is guarded by identity."""
-    from .containers import IdentityKey
+def _wrap_dict_keyed_by_objects(tx, value: dict, source):
+    """A dict with keys other than constants: a table keyed by classes or typing forms (keys
+    held by identity, the key tuple guarded by identity), or by objects (a dict of user
+    objects a graph break hands over: each key read from its position, then hashed in the
+    trace as CPython hashed it, hashing.py)."""
+    from .containers import IdentityKey, _key_of
 
-    if not all(is_constant_value(k) or isinstance(k, type) or is_typing_form(k) for k in value):
-        unsupported("a dict input with keys other than constants and classes")
-    if source is not None:
-        cls = tx.guards.consts.ref(type(value), type(value).__name__)
-        keys = "".join((repr(k) if is_constant_value(k) else tx.guards.consts.ref(k, "key")) + ", " for k in value)
-        tx.guards.add(source, f"type({{v}}) is {cls} and tuple({{v}}) == ({keys})",
-                      f"type({source.name()}) is {type(value).__qualname__} and keys == {list(value)!r}")
+    if all(is_constant_value(k) or isinstance(k, type) or is_typing_form(k) for k in value):
+        if source is not None:
+            cls = tx.guards.consts.ref(type(value), type(value).__name__)
+            keys = "".join((repr(k) if is_constant_value(k) else tx.guards.consts.ref(k, "key")) + ", " for k in value)
+            tx.guards.add(source, f"type({{v}}) is {cls} and tuple({{v}}) == ({keys})",
+                          f"type({source.name()}) is {type(value).__qualname__} and keys == {list(value)!r}")
+        items = {}
+        for k, v in value.items():
+            key = k if is_constant_value(k) else IdentityKey(wrap_value(tx, k, None), k)
+            items[key] = wrap_value(tx, v, ItemSource(source, k) if source is not None else None)
+        return DictVariable(items, source=source, cls=type(value))
+    if source is None:
+        unsupported("a dict keyed by objects that is not reachable from the inputs")
+    tx.guards.length(source, type(value), len(value))
     items = {}
-    for k, v in value.items():
-        key = k if is_constant_value(k) else IdentityKey(wrap_value(tx, k, None), k)
-        items[key] = wrap_value(tx, v, ItemSource(source, k) if source is not None else None)
+    for i, (k, v) in enumerate(value.items()):
+        key = wrap_value(tx, k, PositionSource(source, i, "keys"))
+        items[_key_of(tx, key)] = wrap_value(tx, v, PositionSource(source, i, "values"))
     return DictVariable(items, source=source, cls=type(value))
+
+
+def _wrap_set_of_objects(tx, value, source):
+    """A set with elements other than constants: each read from its position in the set,
+    then hashed in the trace (hashing.py)."""
+    from .containers import _key_of
+
+    if source is None:
+        unsupported("a set of objects that is not reachable from the inputs")
+    tx.guards.length(source, type(value), len(value))
+    elements = [wrap_value(tx, v, PositionSource(source, i, "elements")) for i, v in enumerate(value)]
+    return SetVariable({_key_of(tx, e): e for e in elements}, source=source, frozen=type(value) is frozenset)
 
 
 def _made_per_call(tx, source) -> bool:
@@ -261,6 +284,8 @@ def _wrap_callable_or_object(tx, value, source):
 
 
 def _has_rule(value) -> bool:
+    if type(value).__hash__ is None or isinstance(type(value).__hash__, types.FunctionType):
+        return False  # an object of a user class: its own __hash__ is the program's to call, not surge's
     try:
         return value in BUILTIN_RULES or adopt_dynamo_graph_break(value)
     except TypeError:  # unhashable

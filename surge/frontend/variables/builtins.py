@@ -23,6 +23,7 @@ from .constant import NONE, ConstantVariable
 from .containers import (
     DictVariable, IteratorVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, _key_of,
 )
+from .hashing import hash_builtin
 from .instance_checks import isinstance_of, issubclass_of
 from .iterators import EnumerateIterator, FilterIterator, MapIterator, ReversedIterator, ZipIterator, iterator_of
 from ..shape_env import is_symbolic
@@ -182,12 +183,14 @@ def _guard_absent(tx, obj, name):
 
 @builtin(setattr)
 def _setattr(tx, obj, name, value):
+    tx.writes += 1
     obj.setattr(tx, name.as_constant(), value)
     return NONE
 
 
 @builtin(delattr)
 def _delattr(tx, obj, name):
+    tx.writes += 1
     obj.delattr(tx, name.as_constant())
     return NONE
 
@@ -331,6 +334,10 @@ def _bool(tx, obj=None):
 
 def _string_conversion(fn):
     def rule(tx, *args, **kwargs):
+        if fn is hash and len(args) == 1 and not kwargs:
+            hashed = hash_builtin(tx, args[0])  # a class's own __hash__, traced
+            if hashed is not None:
+                return hashed
         if fn in (str, repr) and len(args) == 1 and not kwargs and hasattr(args[0], "str_or_repr"):
             return args[0].str_or_repr(tx, fn)  # exceptions, dict views
         if fn in (str, repr) and len(args) == 1 and not kwargs and _plain_class(args[0]):

@@ -5,7 +5,7 @@ from .base import raise_in_user_code, unsupported
 from .constant import NONE, ConstantVariable
 from .dict_views import DictViewVariable
 from .containers import (
-    DictVariable, ListVariable, SetVariable, TupleVariable, _key_of, key_variable,
+    _ABSENT, DictVariable, ListVariable, SetVariable, TupleVariable, _key_of, key_variable,
 )
 
 RULES: dict = {}
@@ -19,7 +19,17 @@ def rule(kind, *names):
     return register
 
 
+# Methods that change their container (counted in ``Tracer.writes``).
+MUTATING_METHODS = frozenset({
+    "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "update", "popitem", "setdefault",
+    "add", "discard", "difference_update", "intersection_update", "symmetric_difference_update",
+    "__setitem__", "__delitem__", "__iadd__", "__imul__", "__ior__", "__iand__", "__isub__", "__ixor__",
+})
+
+
 def call_container_method(tx, container, name, args, kwargs):
+    if name in MUTATING_METHODS:
+        tx.writes += 1
     for kind in type(container).__mro__:
         fn = RULES.get((kind, name))
         if fn is not None:
@@ -163,8 +173,9 @@ def _update(tx, d, other=None, **kwargs):
 def _dict_pop(tx, d, key, default=None):
     d.check_mutable(tx)
     k = _key_of(tx, key)
-    if k in d.items:
-        return d.items.pop(k)
+    found = d.items.pop(k, _ABSENT)
+    if found is not _ABSENT:
+        return found
     if default is None:
         raise_in_user_code(KeyError, repr(k), args=(k,))
     return default
@@ -212,12 +223,19 @@ def _set_update(tx, s, *others):
     return NONE
 
 
-@rule(SetVariable, "discard", "remove")
-def _set_discard(tx, s, value):
-    if s.source is not None or s.frozen:
-        unsupported("mutating a set that came from the function's inputs")
-    s.items.pop(_key_of(tx, value), None)
-    return NONE
+def _set_removal(missing_raises: bool):
+    def remove(tx, s, value):
+        if s.source is not None or s.frozen:
+            unsupported("mutating a set that came from the function's inputs")
+        k = _key_of(tx, value)
+        if s.items.pop(k, _ABSENT) is _ABSENT and missing_raises:  # remove() of a missing element
+            raise_in_user_code(KeyError, repr(k), args=(k,))
+        return NONE
+    return remove
+
+
+rule(SetVariable, "discard")(_set_removal(False))
+rule(SetVariable, "remove")(_set_removal(True))
 
 
 def _set_items(tx, other):

@@ -12,32 +12,27 @@ import operator
 
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .constant import ConstantVariable
+from .hashing import HashedKey, key_for_object
 
 
 def _key_of(tx, var: Variable):
-    """A Python key for a dict/set entry (constants, or objects by identity)."""
+    """A Python key for a dict/set entry: constants as themselves, objects by identity, and
+    objects whose class defines ``__hash__`` by their traced hash and ``==`` (hashing.py)."""
     if var.is_constant():
         return var.as_constant()
     key = getattr(var, "identity_key", None)
     if key is not None:
-        _check_hashed_by_identity(var)
-        return key()
+        hashed = key_for_object(tx, var)
+        if hashed is not None:
+            return hashed
+        key = key()
+        if key.obj is not var and getattr(var, "source", None) is not None:
+            tx.note_identity(var, key.obj)
+        return key
     unsupported(f"using {var} as a dict key or set element")
 
 
-def _check_hashed_by_identity(var: Variable) -> None:
-    """An object of a user class is a key by identity only when its class keeps object's
-    __hash__ and __eq__: one that defines them (equal objects are one key) is left to
-    CPython, and one that sets __hash__ to None (a dataclass) is unhashable."""
-    from .objects import NewObjectVariable, UserObjectVariable
-
-    if not isinstance(var, (NewObjectVariable, UserObjectVariable)):
-        return
-    cls = var.python_type()
-    if cls.__hash__ is None:
-        raise_in_user_code(TypeError, f"unhashable type: '{cls.__name__}'")
-    if cls.__hash__ is not object.__hash__ or cls.__eq__ is not object.__eq__:
-        unsupported(f"a {cls.__qualname__} as a dict key or set element (its class defines __hash__ or __eq__)")
+_ABSENT = object()
 
 
 class BaseSequenceVariable(Variable):
@@ -273,12 +268,13 @@ class DictVariable(Variable):
 
     def getitem(self, tx, key: Variable):
         k = _key_of(tx, key)
-        if k not in self.items:
+        found = self.items.get(k, _ABSENT)  # one lookup: a key's __eq__ runs as often as in CPython
+        if found is _ABSENT:
             if self.default_factory is None:
                 raise_in_user_code(KeyError, repr(k), args=(k,))
             self.check_mutable(tx)  # the entry the factory makes is a write (replayed into an input dict)
-            self.items[k] = self.default_factory.call(tx, [], {})
-        return self.items[k]
+            found = self.items[k] = self.default_factory.call(tx, [], {})
+        return found
 
     def getattr(self, tx, name):
         if hasattr(dict, name):
@@ -405,8 +401,9 @@ class IteratorVariable(Variable):
 
 
 def key_variable(key) -> Variable:
-    """The symbolic value for a dict key (keys are constants or identity-keyed objects)."""
-    if isinstance(key, IdentityKey):
+    """The symbolic value for a dict key (keys are constants, or objects keyed by identity or by
+    their own hash)."""
+    if isinstance(key, (IdentityKey, HashedKey)):
         return key.variable
     return ConstantVariable(key)
 

@@ -406,6 +406,11 @@ class NewObjectVariable(Variable):
     def python_type(self):
         return self.cls
 
+    def identity_key(self):
+        from .containers import IdentityKey
+
+        return IdentityKey(self, self)  # one variable per object the trace made
+
     def truthy(self, tx):
         from .object_protocols import python_truth
 

@@ -1,0 +1,116 @@
+"""Objects whose class defines ``__hash__`` / ``__eq__`` in Python, as dict keys and set
+elements: hashed and compared by their traced methods, as CPython hashes and compares them.
+
+The trace keeps a dict's entries in a Python dict keyed by stand-ins for the keys
+(``containers._key_of``): constants as themselves, objects that keep ``object``'s hash by
+identity, and objects of such a class as a ``HashedKey``. A ``HashedKey`` carries the hash
+the class's ``__hash__`` returned when traced (a constant under the guards its trace
+installed: attributes it read, the class entry of ``__hash__``), converted as CPython
+converts it, and compares with another key of equal hash by tracing ``==`` between the two
+objects, so the entries the trace keeps merge where CPython's merge (equality runs only on
+equal hashes, after identity). A ``__hash__`` or ``__eq__`` that is
+not Python code, whose result depends on tensor data, or that writes state (the trace
+hashes and compares more often than CPython: a dict handed over at a graph break is
+rebuilt, and its keys hashed again) is a graph break.
+"""
+from __future__ import annotations
+
+import contextlib
+import types
+
+from .base import Variable, raise_in_user_code, unsupported
+from .constant import ConstantVariable
+
+
+class HashedKey:
+    """The stand-in for an object hashed by its class's Python ``__hash__``."""
+
+    __slots__ = ("tx", "variable", "hash_value")
+
+    def __init__(self, tx, variable: Variable, hash_value: int):
+        self.tx = tx
+        self.variable = variable
+        self.hash_value = hash_value
+
+    def __hash__(self):
+        return self.hash_value
+
+    def __eq__(self, other):
+        from ..interpreter.operators import compare_equal
+        from .containers import key_variable
+
+        with _without_writes(self.tx, f"{self.variable.python_type().__qualname__}.__eq__"):
+            return compare_equal(self.tx, self.variable, key_variable(other))
+
+
+class _Returns:
+    """An object whose ``__hash__`` returns ``value``: ``hash()`` of it converts the value as
+    CPython converts any ``__hash__`` result (an int kept or reduced, -1 made -2)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __hash__(self):
+        return self.value
+
+
+@contextlib.contextmanager
+def _without_writes(tx, what: str):
+    """A traced ``__hash__`` / ``__eq__`` that writes state (counting its calls, say) is left
+    to CPython: the trace may hash or compare a key where CPython does not (the keys of a
+    dict handed over at a graph break, rebuilt by CPython and read back by the trace)."""
+    before = tx.writes
+    yield
+    if tx.writes != before:
+        unsupported(f"{what} writes state: CPython calls it")
+
+
+def _hash_method(tx, var: Variable):
+    """The ``__hash__`` of an object of a user class (its MRO entry, guarded); object's
+    own for other values (hashed by identity, or constants)."""
+    from .objects import NewObjectVariable, UserObjectVariable, dunder_lookup
+
+    if not isinstance(var, (NewObjectVariable, UserObjectVariable)):
+        return object.__hash__
+    return dunder_lookup(tx, var.python_type(), "__hash__")
+
+
+def _python_hash(tx, var: Variable) -> int | None:
+    """``hash(obj)`` of an object of a user class whose class replaces ``object``'s hash,
+    traced (``__hash__ = None`` raises CPython's TypeError); None for other values. (A
+    class that keeps object's hash but defines ``__eq__`` hashes by identity: equal hashes
+    are one object.)"""
+    method = _hash_method(tx, var)
+    return None if method is object.__hash__ else _call_hash(tx, var, method)
+
+
+def key_for_object(tx, var: Variable) -> HashedKey | None:
+    """The stand-in key of such an object, or None (identity-hashed values)."""
+    value = _python_hash(tx, var)
+    return None if value is None else HashedKey(tx, var, value)
+
+
+def hash_builtin(tx, var: Variable):
+    """``hash(obj)`` of such an object, or None."""
+    value = _python_hash(tx, var)
+    return None if value is None else ConstantVariable(value)
+
+
+def _call_hash(tx, var: Variable, method) -> int:
+    from .objects import bind_class_attribute
+
+    cls = var.python_type()
+    if method is None:  # __hash__ = None: a class that defines __eq__ alone, a dataclass
+        raise_in_user_code(TypeError, f"unhashable type: '{cls.__name__}'")
+    if not isinstance(method, types.FunctionType):
+        unsupported(f"hashing a {cls.__qualname__} (its __hash__ is not Python code)")
+    with _without_writes(tx, f"{cls.__qualname__}.__hash__"):
+        result = bind_class_attribute(tx, var, cls, "__hash__", method).call(tx, [], {})
+    if not result.is_constant():
+        unsupported(f"{cls.__qualname__}.__hash__ returned {result}, not a constant")
+    value = result.as_constant()
+    if not isinstance(value, int):
+        raise_in_user_code(TypeError, "__hash__ method should return an integer")
+    return hash(_Returns(value))
