@@ -2,7 +2,9 @@
 compute now, containers and objects follow Python's rules."""
 from __future__ import annotations
 
+import collections
 import operator
+import types
 
 import torch
 
@@ -16,7 +18,7 @@ from ..variables.containers import (
 )
 from ..variables.functions import ContainerMethodVariable, UserFunctionVariable, UserMethodVariable
 from ..variables.objects import NewObjectVariable, ObjectVariable, UserObjectVariable, call_python_dunder
-from .python_operators import user_binary_op, user_inplace_op, user_unary_op
+from .python_operators import is_user_object, user_binary_op, user_inplace_op, user_unary_op
 from ..variables.tensor import TensorVariable, record_op
 
 INPLACE_TO_BINARY = {
@@ -86,6 +88,9 @@ def binary_op(tx, fn, a: Variable, b: Variable) -> Variable:
     found = user_inplace_op(tx, fn, a, b) if inplace_of is not None else user_binary_op(tx, fn, a, b)
     if found is not None:
         return found
+    if fn is operator.eq and (is_user_object(a) or is_user_object(b)):
+        _check_no_c_equality(a, b)  # every Python __eq__ declined (each called once): identity
+        return ConstantVariable(is_same(a, b, tx))
     if inplace_of is not None and not isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
         # ``n += tensor`` with a Python number: numbers have no in-place form, so
         # Python computes ``n + tensor`` (no graph node may assign to a literal).
@@ -104,6 +109,13 @@ def binary_op(tx, fn, a: Variable, b: Variable) -> Variable:
             a.check_mutable(tx)
             a.items.extend(b.iterate(tx))
             return a
+        if isinstance(a, DictVariable) and fn is operator.ior:
+            from ..variables.container_methods import call_container_method
+
+            call_container_method(tx, a, "update", [b], {})  # in place: every name for it sees the change
+            return a
+        if isinstance(a, SetVariable) and fn in _SET_INPLACE:
+            return _set_in_place(tx, fn, a, b)
         return binary_op(tx, inplace_of, a, b)
     if fn in (operator.add, operator.mul) and (isinstance(a, TupleVariable) or isinstance(b, TupleVariable)):
         result = _SEQUENCE_RULES[fn](tx, a, b)  # before folding: the result may be an operand itself
@@ -123,6 +135,21 @@ def binary_op(tx, fn, a: Variable, b: Variable) -> Variable:
         equal = compare_equal(tx, a, b)
         return ConstantVariable(equal if fn is operator.eq else not equal)
     unsupported(f"operator {fn.__name__} on {a} and {b}")
+
+
+_SET_INPLACE = (operator.ior, operator.iand, operator.isub, operator.ixor)
+
+
+def _set_in_place(tx, fn, a: SetVariable, b: Variable) -> SetVariable:
+    """``s |= t`` (``&=``, ``-=``, ``^=``): the set itself changes, as CPython's in-place set
+    operators change it (an alias sees it)."""
+    if a.source is not None or a.frozen:
+        unsupported("mutating a set that came from the function's inputs")
+    result = binary_op(tx, INPLACE_TO_BINARY[fn], a, b)
+    if not isinstance(result, SetVariable):
+        unsupported(f"{fn.__name__} of a set with {b}")
+    a.items = dict(result.items)
+    return a
 
 
 def _exact_tuple(value) -> bool:
@@ -170,10 +197,25 @@ def _views_as_sets(rule):
 
 def _merge(tx, a, b):
     if isinstance(a, DictVariable) and isinstance(b, DictVariable):
-        return DictVariable({**a.items, **b.items})
+        return _dict_union(a, b)
     if isinstance(a, SetVariable) and isinstance(b, SetVariable):
         return SetVariable({**a.items, **b.items})
     return None
+
+
+def _dict_union(a: DictVariable, b: DictVariable) -> DictVariable:
+    """``a | b`` as the operands' classes define it: a defaultdict or OrderedDict on either side
+    makes one of its kind (the left one's ``__or__`` first, then the right one's ``__ror__``; a
+    defaultdict keeps its own factory), plain dicts make a dict."""
+    merged = {**a.items, **b.items}
+    for own in (a, b):
+        if own.cls in (collections.defaultdict, collections.OrderedDict):
+            result = DictVariable(merged, cls=own.cls)
+            result.default_factory = own.default_factory
+            return result
+        if own.cls is collections.Counter:
+            unsupported("| of Counters (a multiset union) in compiled code")
+    return DictVariable(merged)
 
 
 def _set_op(keep):
@@ -257,7 +299,7 @@ def compare_equal(tx, a: Variable, b: Variable) -> bool:
         return a.as_constant() == b.as_constant()
     if isinstance(a, BaseSequenceVariable) and isinstance(b, BaseSequenceVariable):
         return (a.python_type() is b.python_type() or {a.python_type(), b.python_type()} <= {tuple}) \
-            and len(a.items) == len(b.items) and all(compare_equal(tx, x, y) for x, y in zip(a.items, b.items))
+            and _sequences_equal(tx, a.items, b.items)
     if isinstance(a, DictVariable) and isinstance(b, DictVariable):
         return a.items.keys() == b.items.keys() and all(compare_equal(tx, a.items[k], b.items[k]) for k in a.items)
     bound = _bound_methods_equal(tx, a, b)
@@ -278,21 +320,36 @@ def _bound_methods_equal(tx, a: Variable, b: Variable) -> bool | None:
 
 
 def _user_equal(tx, a: Variable, b: Variable) -> bool:
-    """``a == b`` of objects: a Python ``__eq__`` of either (reflected when the first
-    returns NotImplemented), else identity (``is_same`` said no)."""
-    for left, right in ((a, b), (b, a)):
-        result = call_python_dunder(tx, left, "__eq__", [right])
-        if result is None:
-            continue
+    """``a == b`` of objects: the Python ``__eq__`` methods in CPython's order (a subclass's
+    first, the other's when one returns NotImplemented), else identity (``is_same`` said no)."""
+    result = user_binary_op(tx, operator.eq, a, b)
+    if result is not None:
         if not result.is_constant():
-            unsupported(f"{left.python_type().__qualname__}.__eq__ returned {result}, not a constant")
-        if result.as_constant() is not NotImplemented:
-            return bool(result.as_constant())
-    for side in (a, b):
-        if isinstance(side, (ObjectVariable, NewObjectVariable)) and \
-                getattr(side.python_type(), "__eq__", object.__eq__) is not object.__eq__:
-            unsupported(f"comparing a {side.python_type().__qualname__} (its __eq__ is not Python code)")
+            unsupported(f"{result} as the result of == on {a.python_type().__qualname__}, not a constant")
+        return bool(result.as_constant())
+    _check_no_c_equality(a, b)
     return False
+
+
+def _sequences_equal(tx, a: list, b: list) -> bool:
+    """CPython's list comparison: the lengths, then the items up to the first unequal pair,
+    then the lengths again (an item's ``__eq__`` may have emptied either list)."""
+    if len(a) != len(b):
+        return False
+    i = 0
+    while i < len(a) and i < len(b) and compare_equal(tx, a[i], b[i]):
+        i += 1
+    return len(a) == len(b) if i >= len(a) or i >= len(b) else False
+
+
+def _check_no_c_equality(a: Variable, b: Variable) -> None:
+    """After every Python ``__eq__`` declined: ``==`` is identity unless an object's class
+    has an ``__eq__`` that is not Python code (a builtin base class's), which is not modelled."""
+    for side in (a, b):
+        method = getattr(side.python_type(), "__eq__", object.__eq__) \
+            if isinstance(side, (ObjectVariable, NewObjectVariable)) else object.__eq__
+        if method is not object.__eq__ and not isinstance(method, types.FunctionType):
+            unsupported(f"comparing a {side.python_type().__qualname__} (its __eq__ is not Python code)")
 
 
 def contains(tx, container: Variable, item: Variable) -> bool:

@@ -4,7 +4,8 @@
 (and the comparisons, in-place and unary forms) calls those methods as CPython
 does: the left operand's method, then the right operand's reflected one when the
 first is missing or returns ``NotImplemented``; the right operand first when its
-class is a subclass of the left's that overrides the reflected method.
+class is a subclass of the left's (for arithmetic, one that overrides the reflected
+method).
 """
 from __future__ import annotations
 
@@ -79,8 +80,10 @@ def user_binary_op(tx, fn, a: Variable, b: Variable) -> Variable | None:
         a_cls, b_cls = (_class_of(a) if is_user_object(a) else a.python_type()), _class_of(b)
         if a_cls is b_cls and fn not in _COMPARISONS:
             attempts.pop()  # Python tries no reflected method between operands of one class
-        elif a_cls is not b_cls and issubclass(b_cls, a_cls) and \
-                dunder_lookup(tx, b_cls, reflected) is not dunder_lookup(tx, a_cls, reflected):
+        elif a_cls is not b_cls and a_cls in b_cls.__mro__ and (
+                fn in _COMPARISONS or dunder_lookup(tx, b_cls, reflected) is not dunder_lookup(tx, a_cls, reflected)):
+            # A subclass (by its MRO: a virtual subclass of an ABC is not one) goes first: for a
+            # comparison always, for arithmetic when it overrides the reflected method.
             attempts.reverse()
     exhausted = 0  # operands known not to do it: no such method, or NotImplemented
     for var, name, other in attempts:

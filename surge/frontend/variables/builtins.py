@@ -453,14 +453,20 @@ def _sum(tx, iterable, start=None):
     return total
 
 
-@builtin(any)
-def _any(tx, iterable):
-    return ConstantVariable(any(i.truthy(tx) for i in iterable.iterate(tx)))
+def _short_circuit(stop_at: bool):
+    """``any``/``all``: items taken one at a time, and no more once one decides (a generator's
+    later items, and their side effects, are never made, as in CPython)."""
+    def rule(tx, iterable):
+        iterator = iterator_of(tx, iterable)
+        while (item := iterator.next()) is not None:
+            if item.truthy(tx) is stop_at:
+                return ConstantVariable(stop_at)
+        return ConstantVariable(not stop_at)
+    return rule
 
 
-@builtin(all)
-def _all(tx, iterable):
-    return ConstantVariable(all(i.truthy(tx) for i in iterable.iterate(tx)))
+BUILTIN_RULES[any] = _short_circuit(True)
+BUILTIN_RULES[all] = _short_circuit(False)
 
 
 # ---- containers and iteration ---------------------------------------------------
