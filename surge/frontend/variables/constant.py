@@ -1,6 +1,7 @@
 """Python values that are fixed during capture: numbers, strings, None, dtypes, ..."""
 from __future__ import annotations
 
+import enum
 import sys
 import types
 
@@ -22,12 +23,32 @@ CONSTANT_TYPES = (
 )
 
 
+_EXACT_CONSTANT_TYPES = frozenset(CONSTANT_TYPES)
+# What a class body defines that runs as Python code when the value is computed with.
+_PYTHON_CODE = (types.FunctionType, property, classmethod, staticmethod)
+
+
 def is_constant_value(value) -> bool:
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
         return all(is_constant_value(v) for v in value)
     if type(value) is slice:  # a graph break hands over slices of tensors, too
         return all(is_constant_value(v) for v in (value.start, value.stop, value.step))
-    return isinstance(value, CONSTANT_TYPES) or is_numpy_scalar(value)
+    return (isinstance(value, CONSTANT_TYPES) and _computes_in_c(type(value))) or is_numpy_scalar(value)
+
+
+def _computes_in_c(cls: type) -> bool:
+    """Whether computing with an instance runs no code of the program: a constant type
+    itself, an enum (its members are fixed), or a subclass that adds no methods. A subclass
+    of ``int`` or ``str`` with methods of its own (``__lt__`` that empties a list) is an
+    object: folding would run them now, once, outside the trace."""
+    if cls in _EXACT_CONSTANT_TYPES or issubclass(cls, enum.Enum):
+        return True
+    for klass in cls.__mro__:
+        if klass in _EXACT_CONSTANT_TYPES or klass.__module__ == "builtins":
+            return True
+        if any(isinstance(v, _PYTHON_CODE) for v in vars(klass).values()):
+            return False
+    return True
 
 
 def is_numpy_scalar(value) -> bool:
@@ -85,7 +106,13 @@ class ConstantVariable(Variable):
             from .functions import BoundConstantMethod
 
             return BoundConstantMethod(self.value, name)
-        return ConstantVariable(attr)
+        if is_constant_value(attr) or isinstance(attr, (tuple, frozenset)):
+            return ConstantVariable(attr)
+        # A mutable value hanging off a constant (an enum member's dataclass value): an
+        # object of its own, read (and guarded) through the constant's source.
+        from ..sources import AttrSource
+
+        return tx.wrap(attr, AttrSource(self.source, name) if self.source is not None else None)
 
     def iterate(self, tx):
         if isinstance(self.value, (str, bytes, range, tuple, frozenset, torch.Size)):

@@ -96,7 +96,9 @@ def construct(tx, class_var, args, kwargs):
     if is_numpy_scalar_type(cls) and all(a.is_constant() for a in args) and not kwargs:
         return ConstantVariable(fold(cls, args))
     if isinstance(cls, type) and issubclass(cls, enum.Enum):
-        return ConstantVariable(cls(*[a.as_constant() for a in args]))
+        if len(args) != 1 or kwargs:  # Enum('Name', names, ...): the functional API makes a new class
+            unsupported(f"{cls.__qualname__}() making a new enum class in compiled code")
+        return ConstantVariable(cls(args[0].as_constant()))  # a member, looked up by value
     if issubclass(cls, torch.nn.Module):
         from .frame_modules import construct_module
 

@@ -90,6 +90,9 @@ def _check_default_copy(cls: type) -> None:
     hooks += [name for name in ("__deepcopy__", "__setstate__") if static_lookup(cls, name) is not _MISSING]
     if hooks or cls.__dictoffset__ == 0:
         unsupported(f"copy.deepcopy() of a {cls.__qualname__} (it customises copying: {hooks or '__slots__'})")
+    base = next(k for k in cls.__mro__ if k.__module__ == "builtins")
+    if base is not object:  # a list or tuple subclass: its items and its own __new__ are copied too
+        unsupported(f"copy.deepcopy() of a {cls.__qualname__} (a {base.__name__} subclass)")
 
 
 def _whole_instance_dict(tx, obj_var: UserObjectVariable) -> DictVariable:

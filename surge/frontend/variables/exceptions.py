@@ -178,6 +178,8 @@ def construct_exception(tx, cls: type, args: list, kwargs: dict) -> ExceptionVar
     """``cls(*args, **kwargs)`` for an exception class, as CPython runs it."""
     if _python_hook(cls, "__new__") is not None or type(cls) is not type:
         unsupported(f"constructing {cls.__qualname__} (its own __new__ or metaclass) in compiled code")
+    if issubclass(cls, BaseExceptionGroup):
+        cls = _exception_group_class(cls, args, kwargs)
     exc = ExceptionVariable(cls, args)  # BaseException.__new__ keeps every positional argument
     init = _python_hook(cls, "__init__")
     if init is not None:
@@ -189,6 +191,31 @@ def construct_exception(tx, cls: type, args: list, kwargs: dict) -> ExceptionVar
     else:
         exc.builtin_init(list(args), dict(kwargs))
     return exc
+
+
+def _exception_group_class(cls: type, args: list, kwargs: dict) -> type:
+    """The class ``BaseExceptionGroup.__new__`` makes (``BaseExceptionGroup`` of Exceptions
+    only is an ``ExceptionGroup``), or its TypeError/ValueError: its checks run on stand-ins
+    with the arguments' types (a bare instance of each nested exception's class)."""
+    from .containers import ListVariable, TupleVariable
+
+    def stand_in(value):
+        if isinstance(value, ExceptionVariable):
+            return value.exc_type.__new__(value.exc_type)
+        if value.is_constant():
+            return value.as_constant()
+        cls_value = getattr(value, "cls", None)
+        return cls_value if isinstance(cls_value, type) and value.python_type() is type else object()
+
+    real = [stand_in(a) for a in args]
+    if len(args) > 1 and isinstance(args[1], (ListVariable, TupleVariable)):
+        items = [stand_in(v) for v in args[1].items]
+        real[1] = items if isinstance(args[1], ListVariable) else tuple(items)
+    try:
+        made = cls.__new__(cls, *real, **{k: stand_in(v) for k, v in kwargs.items()})
+    except (TypeError, ValueError) as e:
+        raise_in_user_code(type(e), str(e))
+    return type(made)
 
 
 class ExceptionInitVariable(Variable):
