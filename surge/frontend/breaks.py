@@ -37,7 +37,7 @@ from .reconstruct import ReturnCodegen, collect_tensor_outputs
 from .resume import mark_fresh_locals
 from .sources import ClosureSource, RootFunctionSource
 from .variables.base import NULL
-from .variables.containers import DictVariable, IteratorVariable, ListVariable, SetVariable
+from .variables.containers import DictVariable, IteratorVariable, ListVariable, SetVariable, TupleVariable
 from .variables.autocast import AutocastContextVariable, autocast_expression
 from .variables.contexts import (
     BoundContextMethod, GeneratorContextVariable, GradModeContextVariable, ProfilerContextVariable,
@@ -49,6 +49,7 @@ from .variables.functions import (
 from .variables.device_modes import DeviceBlockVariable
 from .variables.exceptions import rebuild_exception, with_chain
 from .variables.exit_stacks import ExitStackVariable
+from .variables.iterators import KeyedIterator, SequenceIterator
 from .variables.objects import ExceptionVariable, NewObjectVariable
 
 
@@ -129,6 +130,8 @@ def collect_state_outputs(value, outputs, seen) -> None:
         seen.add(("visited", id(value)))
         for item in list(value.frame.locals.values()) + list(value.frame.cells.values()):
             collect_state_outputs(item, outputs, seen)
+    elif _iterated_container(value) is not None:
+        collect_state_outputs(_iterated_container(value), outputs, seen)  # rebuilt whole (BreakStateCodegen)
     elif isinstance(value, IteratorVariable):
         for item in value.remaining():
             collect_state_outputs(item, outputs, seen)
@@ -173,6 +176,10 @@ class BreakStateCodegen(ReturnCodegen):
         self._built: dict[int, str] = {}
         self._building: set[int] = set()
         self._cells: dict[int, str | None] = {}
+        # (index in the state, expression) of values made after the side effects replay.
+        self._late: list[tuple[int, str]] = []
+        self._late_names: dict[int, str] = {}
+        self._top_level = False
 
     def const(self, value, hint="K"):
         # A string, bytes or number written as a literal would be one object with every
@@ -183,7 +190,21 @@ class BreakStateCodegen(ReturnCodegen):
         return super().const(value, hint)
 
     def expr(self, value) -> str:
-        if isinstance(value, _MUTABLE_VARIABLES) and value.source is None:
+        top_level, self._top_level = self._top_level, False
+        over = _iterated_container(value)
+        if over is not None and over.source is not None and (top_level or id(value) in self._late_names):
+            # An iterator over an input's container is made after the side effects replay
+            # (CPython's iterator checks the size the container had when it was made): in
+            # the state itself, where the entry puts it in afterwards. (Elsewhere it is a
+            # list iterator over the items still to come, below.)
+            name = self._late_names.get(id(value))
+            if not top_level:
+                raise Unsupported("graph break with an iterator over an input's container held twice")
+            if name is not None:
+                return _LATE + name
+            name = self._late_names[id(value)] = self._built[id(value)] = f"m{len(self._built)}"
+            return f"{_LATE}({name} := {self._iterator_over(value, over)})"
+        if _has_identity(value) and value.source is None:
             name = self._built.get(id(value))
             if name is None:
                 name = self._built[id(value)] = f"m{len(self._built)}"
@@ -206,8 +227,13 @@ class BreakStateCodegen(ReturnCodegen):
             return self.cell(value)
         if isinstance(value, GeneratorVariable):
             return self.fresh_generator(value)
+        over = _iterated_container(value)
+        if over is not None and over.source is None:
+            return self._iterator_over(value, over)
+        if isinstance(value, SequenceIterator) and value.seq is None:  # exhausted
+            return "iter(())" if value.kind is type(iter(())) else "iter([])"
         if isinstance(value, IteratorVariable):
-            # A `for` loop's iterator: a list iterator over the items still to come.
+            # Any other iterator: a list iterator over the items still to come.
             return "iter([" + ", ".join(self.expr(i) for i in value.remaining()) + "])"
         if isinstance(value, TensorMethodVariable):  # a loaded method whose call breaks
             return f"{self.expr(value.tensor)}.{value.name}"
@@ -266,6 +292,14 @@ class BreakStateCodegen(ReturnCodegen):
             return self.const(value.device)
         return super().expr(value)
 
+    def _iterator_over(self, value, over) -> str:
+        """An iterator over the list, tuple or dict itself (rebuilt once, as every other
+        reference to it), advanced past what the trace took: it sees later changes to it."""
+        advance = self.codegen.consts.ref(advanced, "advanced")
+        if isinstance(value, SequenceIterator):
+            return f"{advance}(iter({self.expr(over)}), {value.index})"
+        return f"{advance}(iter({self.expr(over)}.{value.part}()), {value.consumed()})"
+
     def tuple_expr(self, values) -> str:
         return "(" + "".join(self.expr(v) + ", " for v in values) + ")"
 
@@ -316,7 +350,20 @@ class BreakStateCodegen(ReturnCodegen):
         return f"{self.codegen.consts.ref(with_metadata, 'with_metadata')}({made}, {generator.names!r})"
 
     def state(self, state: BreakState) -> str:
-        return "(" + "".join(self.expr(v) + ", " for v in state.values) + ")"
+        parts = []
+        for i, value in enumerate(state.values):
+            self._top_level = True
+            parts.append(self.expr(value))
+            self._top_level = False
+            if parts[-1].startswith(_LATE):
+                self._late.append((i, parts[-1][len(_LATE):]))
+                parts[-1] = "None"
+        return "(" + "".join(p + ", " for p in parts) + ")"
+
+    def late_statements(self) -> list[str]:
+        """After the side effects: the state's iterators over containers of the inputs, made
+        over the containers as the replay left them (CPython's iterator checks their size)."""
+        return [f"result = result[:{i}] + ({made},) + result[{i + 1}:]" for i, made in self._late]
 
 
 # Values with identity or state of their own: every place at the break that holds one
@@ -324,6 +371,32 @@ class BreakStateCodegen(ReturnCodegen):
 # (Not exceptions: a name holding one in the break code would make a cycle through its
 # traceback, keeping the call's tensors alive.)
 _MUTABLE_VARIABLES = (ListVariable, DictVariable, SetVariable, NewObjectVariable, IteratorVariable, NestedFunctionVariable)
+
+
+def _has_identity(value) -> bool:
+    """Also an instance of a namedtuple's subclass: it may hold attributes of its own."""
+    return isinstance(value, _MUTABLE_VARIABLES) or (
+        isinstance(value, TupleVariable) and value.cls is not None and value.cls.__dictoffset__ != 0)
+
+
+_LATE = "<late>"  # marks an expression state() moves after the side effects
+
+
+def _iterated_container(value):
+    """The list, tuple or dict an iterator of the trace walks (made again over it at a
+    break), or None."""
+    if isinstance(value, SequenceIterator):
+        return value.seq
+    if isinstance(value, KeyedIterator) and value.part != "set" and value.container.owner is None:
+        return value.container
+    return None
+
+
+def advanced(iterator, count: int):
+    """``iterator`` after ``count`` items (an iterator the trace had advanced, made again)."""
+    for _ in range(count):
+        next(iterator)
+    return iterator
 
 
 def make_closure(code, f_globals, qualname, defaults, kwdefaults, cells):

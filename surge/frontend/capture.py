@@ -360,7 +360,7 @@ def _finish_at_break(tracer: Tracer, fn, frame: Frame, stop: BreakPoint, backend
     source, run = generate_entry(
         tracer.guards, tracer.consts, input_sources=[source for source, _ in tracer.graph.inputs],
         return_expr=lambda cg: writer(cg).state(state),
-        effects=lambda cg: tracer.side_effects.statements(cg, writer(cg).expr),
+        effects=lambda cg: tracer.side_effects.statements(cg, writer(cg).expr) + writer(cg).late_statements(),
         compiled=compiled, counters=counters, hand_off=runner_name,
     )
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer), graph=gm,

@@ -9,6 +9,7 @@ import torch
 from ..sources import ConstSource, GlobalSource
 from ..variables.base import NULL, unsupported
 from ..variables.constant import NONE, ConstantVariable
+from ..variables.exceptions import raise_name_error
 from ..variables.functions import CellVariable
 from .registry import opcode
 
@@ -93,7 +94,11 @@ def load_global(frame, name: str):
         builtins_dict = builtins_dict.__dict__
     if name in builtins_dict:
         return tracer.wrap(builtins_dict[name], None)
-    unsupported(f"NameError: name {name!r} is not defined")
+    # CPython's NameError, raised in the trace (a handler around it catches it, chained to
+    # the exception being handled), while neither dict gains the name.
+    tracer.guards.add(ConstSource(builtins_dict, "builtins_dict"), f"{name!r} not in {{v}}",
+                      f"{name!r} is not a builtin")
+    raise_name_error(tracer, name)
 
 
 @opcode("LOAD_GLOBAL")

@@ -84,6 +84,11 @@ def wrap_value(tx, value, source):
             or isinstance(value, torch.Size):
         if guards:
             guards.length(source, type(value), len(value), value)
+        if type(value).__dictoffset__:  # a namedtuple's subclass: instances may hold attributes too
+            if value.__dict__:
+                unsupported(f"a {type(value).__qualname__} with attributes of its own")
+            if guards:
+                guards.add(source, "not {v}.__dict__", f"{source.name()} has no instance attributes")
         items = [wrap_value(tx, v, ItemSource(source, i) if source is not None else None)
                  for i, v in enumerate(value)]
         if isinstance(value, list):

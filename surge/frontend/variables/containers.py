@@ -277,6 +277,8 @@ class DictVariable(Variable):
         return found
 
     def getattr(self, tx, name):
+        if name == "default_factory" and self.cls is collections.defaultdict:
+            return self.default_factory or ConstantVariable(None)
         if hasattr(dict, name):
             from .functions import ContainerMethodVariable
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import types
 
-from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
+from .base import AttributeMissing, RaisedInUserCode, Variable, raise_in_user_code, unsupported
 from .constant import NONE, ConstantVariable
 
 # Names Python keeps on every exception, answered from the model itself.
@@ -263,6 +263,16 @@ def exception_of(tx, raised) -> ExceptionVariable:
     exc.raised_while_handling(handled[-1] if handled else None)
     raised.exception = exc
     return exc
+
+
+def raise_name_error(tx, name: str):
+    """CPython's NameError for a missing global (its ``name`` set), chained to the exception
+    being handled."""
+    message = f"name {name!r} is not defined"
+    exc = construct_exception(tx, NameError, [ConstantVariable(message)], {"name": ConstantVariable(name)})
+    handled = tx.handled_exceptions
+    exc.raised_while_handling(handled[-1] if handled else None)
+    raise RaisedInUserCode(NameError, message, exception=exc)
 
 
 def with_chain(exc: BaseException, cause, context, suppress_context: bool) -> BaseException:

@@ -165,6 +165,15 @@ class KeyedIterator(LazyIterator):
             return items[key]
         return TupleVariable([key_variable(key), items[key]])
 
+    def consumed(self) -> int:
+        """How many of the container's entries are behind the iterator: a new iterator over
+        the container rebuilt at a graph break is advanced that far (``breaks.py``)."""
+        self.remaining()  # (refuses a container whose size or keys changed)
+        items = self.container.items
+        if isinstance(items, EntryTable):
+            return sum(1 for k in items if items.positions[k] <= self.position)
+        return self.index
+
     def remaining(self):
         items = self.container.items
         if len(items) != self.size:

@@ -422,14 +422,27 @@ class NewObjectVariable(Variable):
         return True
 
     def iterate(self, tx):
+        return self.make_iterator(tx).iterate(tx)
+
+    def make_iterator(self, tx):
+        """``iter(obj)``: what its class's ``__iter__`` returns (a generator runs lazily, so
+        it sees later changes of what it walks), or its dict storage's iterator."""
+        from .containers import BaseSequenceVariable, DictVariable, IteratorVariable, SetVariable
+        from .iterators import iterator_of
+
         method = dunder_lookup(tx, self.cls, "__iter__")
         if self.storage is not None and not isinstance(method, types.FunctionType):
-            return self.storage.iterate(tx)
+            return iterator_of(tx, self.storage)
         if isinstance(method, types.FunctionType):
             iterator = bind_class_attribute(tx, self, self.cls, "__iter__", method).call(tx, [], {})
             if isinstance(iterator, NewObjectVariable):  # its own iterator (or another object's): __next__ runs
                 unsupported(f"iterating over {self}, an iterator written in Python")
-            return iterator.iterate(tx)
+            if isinstance(iterator, IteratorVariable):
+                return iterator
+            if iterator.is_constant() or isinstance(iterator, (BaseSequenceVariable, DictVariable, SetVariable)):
+                raise_in_user_code(TypeError, f"iter() returned non-iterator of type "
+                                              f"'{iterator.python_type().__name__}'")
+            unsupported(f"iterating over {self}: its __iter__ returned {iterator}")
         unsupported(f"iterating over {self}")
 
     def length(self, tx):
