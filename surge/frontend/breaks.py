@@ -49,7 +49,7 @@ from .variables.functions import (
 from .variables.device_modes import DeviceBlockVariable
 from .variables.exceptions import rebuild_exception, with_chain
 from .variables.exit_stacks import ExitStackVariable
-from .variables.iterators import KeyedIterator, SequenceIterator
+from .variables.iterators import KeyedIterator, ReversedIterator, SequenceIterator
 from .variables.objects import ExceptionVariable, NewObjectVariable
 
 
@@ -171,8 +171,9 @@ class BreakStateCodegen(ReturnCodegen):
     so every place that refers to it must get the same object.
     """
 
-    def __init__(self, codegen, output_index: dict):
+    def __init__(self, codegen, output_index: dict, side_effects=None):
         super().__init__(codegen, output_index)
+        self.side_effects = side_effects  # which input containers the entry replays writes into
         self._built: dict[int, str] = {}
         self._building: set[int] = set()
         self._cells: dict[int, str | None] = {}
@@ -192,14 +193,13 @@ class BreakStateCodegen(ReturnCodegen):
     def expr(self, value) -> str:
         top_level, self._top_level = self._top_level, False
         over = _iterated_container(value)
-        if over is not None and over.source is not None and (top_level or id(value) in self._late_names):
-            # An iterator over an input's container is made after the side effects replay
-            # (CPython's iterator checks the size the container had when it was made): in
-            # the state itself, where the entry puts it in afterwards. (Elsewhere it is a
-            # list iterator over the items still to come, below.)
+        if over is not None and self.side_effects is not None and self.side_effects.replays(over):
+            # An iterator over an input's container that the entry writes into is made after
+            # the side effects replay (CPython's iterator checks the size the container had
+            # when it was made): in the state itself, where the entry puts it in afterwards.
             name = self._late_names.get(id(value))
             if not top_level:
-                raise Unsupported("graph break with an iterator over an input's container held twice")
+                raise Unsupported("graph break with an iterator over a changed input container inside another value")
             if name is not None:
                 return _LATE + name
             name = self._late_names[id(value)] = self._built[id(value)] = f"m{len(self._built)}"
@@ -228,10 +228,12 @@ class BreakStateCodegen(ReturnCodegen):
         if isinstance(value, GeneratorVariable):
             return self.fresh_generator(value)
         over = _iterated_container(value)
-        if over is not None and over.source is None:
+        if over is not None:
             return self._iterator_over(value, over)
-        if isinstance(value, SequenceIterator) and value.seq is None:  # exhausted
-            return "iter(())" if value.kind is type(iter(())) else "iter([])"
+        if isinstance(value, (SequenceIterator, ReversedIterator)) and value.seq is None:  # exhausted
+            make = "reversed" if isinstance(value, ReversedIterator) else "iter"
+            over_tuple = value.kind in (type(iter(())), type(reversed(())))
+            return f"{make}(())" if over_tuple else f"{make}([])"
         if isinstance(value, IteratorVariable):
             # Any other iterator: a list iterator over the items still to come.
             return "iter([" + ", ".join(self.expr(i) for i in value.remaining()) + "])"
@@ -295,9 +297,11 @@ class BreakStateCodegen(ReturnCodegen):
     def _iterator_over(self, value, over) -> str:
         """An iterator over the list, tuple or dict itself (rebuilt once, as every other
         reference to it), advanced past what the trace took: it sees later changes to it."""
+        if isinstance(value, (SequenceIterator, ReversedIterator)):
+            at = self.codegen.consts.ref(at_position, "at_position")
+            make = "reversed" if isinstance(value, ReversedIterator) else "iter"
+            return f"{at}({make}({self.expr(over)}), {value.index})"
         advance = self.codegen.consts.ref(advanced, "advanced")
-        if isinstance(value, SequenceIterator):
-            return f"{advance}(iter({self.expr(over)}), {value.index})"
         return f"{advance}(iter({self.expr(over)}.{value.part}()), {value.consumed()})"
 
     def tuple_expr(self, values) -> str:
@@ -385,11 +389,17 @@ _LATE = "<late>"  # marks an expression state() moves after the side effects
 def _iterated_container(value):
     """The list, tuple or dict an iterator of the trace walks (made again over it at a
     break), or None."""
-    if isinstance(value, SequenceIterator):
+    if isinstance(value, (SequenceIterator, ReversedIterator)):
         return value.seq
     if isinstance(value, KeyedIterator) and value.part != "set" and value.container.owner is None:
         return value.container
     return None
+
+
+def at_position(iterator, index: int):
+    """A list or tuple iterator (or ``reversed``) at ``index``, where the trace's had got to."""
+    iterator.__setstate__(index)
+    return iterator
 
 
 def advanced(iterator, count: int):

@@ -326,7 +326,7 @@ def _compile_graph(tracer: Tracer, fn, outputs: list, backend, skip_empty: bool)
     return gm, compiled
 
 
-def _one_writer_per_entry(output_index: dict):
+def _one_writer_per_entry(output_index: dict, side_effects):
     """The expression writer of an entry's return value (or break state) and of its side
     effects, one per generated entry: an object the trace made that both refer to (an
     instance stored into a closure cell and passed on) is built once, named, and shared."""
@@ -334,7 +334,7 @@ def _one_writer_per_entry(output_index: dict):
 
     def writer(codegen) -> BreakStateCodegen:
         if writers.get("codegen") is not codegen:
-            writers.update(codegen=codegen, writer=BreakStateCodegen(codegen, output_index))
+            writers.update(codegen=codegen, writer=BreakStateCodegen(codegen, output_index, side_effects))
         return writers["writer"]
     return writer
 
@@ -350,9 +350,9 @@ def _finish_at_break(tracer: Tracer, fn, frame: Frame, stop: BreakPoint, backend
         collect_tensor_outputs(value, outputs, seen)
     output_index = {o.node: i for i, o in enumerate(outputs)}
     # Fail (and fall back) on a value that cannot be rebuilt before the backend sees the graph.
-    BreakStateCodegen(EntryCodegen(ConstTable()), output_index).state(state)
+    BreakStateCodegen(EntryCodegen(ConstTable()), output_index, tracer.side_effects).state(state)
     runner = BreakRunner(fn.__code__, fn.__globals__, state, stop.resume_caller)
-    writer = _one_writer_per_entry(output_index)
+    writer = _one_writer_per_entry(output_index, tracer.side_effects)
     gm, compiled = _compile_graph(tracer, fn, outputs, backend, skip_empty=True)
     counters["graph_breaks"] += 1
     logs.log("graph_breaks", f"graph break in {fn.__qualname__}: {stop.reason}")
@@ -380,13 +380,13 @@ def _finish(tracer: Tracer, fn, result, options, backend, start) -> CacheEntry:
         collect_tensor_outputs(value, outputs, seen)
     output_index = {o.node: i for i, o in enumerate(outputs)}
     # Fail (and fall back) on an unreturnable value before the backend sees the graph.
-    BreakStateCodegen(EntryCodegen(ConstTable()), output_index).expr(result)
+    BreakStateCodegen(EntryCodegen(ConstTable()), output_index, tracer.side_effects).expr(result)
     # A frame without tensor work (one that only rearranges its inputs, or does Python
     # arithmetic) hands no graph to the backend, as torch.compile does not: the entry
     # checks its guards and rebuilds the result.
     gm, compiled = _compile_graph(tracer, fn, outputs, backend, skip_empty=True)
     input_sources = [source for source, _ in tracer.graph.inputs]
-    writer = _one_writer_per_entry(output_index)
+    writer = _one_writer_per_entry(output_index, tracer.side_effects)
     source, run = generate_entry(
         tracer.guards, tracer.consts, input_sources=input_sources,
         return_expr=lambda cg: writer(cg).expr(result),

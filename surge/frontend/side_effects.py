@@ -39,6 +39,10 @@ class SideEffects:
         """``torch.set_default_device(device)`` in the frame (the last one is what stays)."""
         self._stores[("default_device",)] = ("default_device", None, None, device)
 
+    def replays(self, var) -> bool:
+        """Whether the entry writes the trace's changes back into this input container."""
+        return id(var) in self._containers
+
     def attribute(self, obj, name: str):
         """The value the trace itself stored into ``obj.name``, if any."""
         return self._attributes.get((id(obj), name))

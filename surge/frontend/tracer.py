@@ -28,8 +28,8 @@ from .variables.optimizers import USE_GRAD_CODE, trace_optimizer_step
 
 # Objects whose identity the trace must keep: one variable per object, however reached
 # (a list iterator a break hands to two locals advances once).
-_MUTABLE_CONTAINERS = (list, dict, set, type(iter([])), collections.OrderedDict, collections.defaultdict,
-                       collections.Counter)
+_MUTABLE_CONTAINERS = (list, dict, set, type(iter([])), type(reversed([])), collections.OrderedDict,
+                       collections.defaultdict, collections.Counter)
 
 # Inlined calls nested deeper than this are most likely unbounded recursion.
 MAX_INLINE_DEPTH = 48

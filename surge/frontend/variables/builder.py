@@ -16,8 +16,10 @@ import weakref
 
 import torch
 
+from .iterators import ReversedIterator, SequenceIterator
 from ..sources import (
-    AttrSource, ItemSource, PlainTensorSource, PositionSource, ProxiedMappingSource, is_typing_form, proxied_mapping,
+    AttrSource, CallSource, ItemSource, PlainTensorSource, PositionSource, ProxiedMappingSource, is_typing_form,
+    proxied_mapping,
 )
 from ..wrappers import compiled_original
 from .base import unsupported
@@ -78,31 +80,28 @@ def wrap_value(tx, value, source):
 
         def read():  # on first use of the items: what they are, guarded
             guards.length(source, list, len(value))
-            return [wrap_value(tx, v, ItemSource(source, i)) for i, v in enumerate(value)]
+            return [tx.wrap(v, ItemSource(source, i)) for i, v in enumerate(value)]
         return ListVariable.unread(read, source)
     if type(value) in (tuple, list) or (isinstance(value, tuple) and hasattr(type(value), "_fields")) \
             or isinstance(value, torch.Size):
         if guards:
             guards.length(source, type(value), len(value), value)
-        if type(value).__dictoffset__:  # a namedtuple's subclass: instances may hold attributes too
-            if value.__dict__:
-                unsupported(f"a {type(value).__qualname__} with attributes of its own")
-            if guards:
-                guards.add(source, "not {v}.__dict__", f"{source.name()} has no instance attributes")
-        items = [wrap_value(tx, v, ItemSource(source, i) if source is not None else None)
+        _check_no_instance_attributes(tx, value, source)  # (a namedtuple's subclass may have them)
+        items = [tx.wrap(v, ItemSource(source, i) if source is not None else None)
                  for i, v in enumerate(value)]
         if isinstance(value, list):
             return ListVariable(items, source=source)
         if isinstance(value, torch.Size):
             return ConstantVariable(value, source)
         return TupleVariable(items, cls=None if type(value) is tuple else type(value), source=source)
-    if type(value) is dict or isinstance(value, dict) and type(value).__module__ == "collections":
+    if type(value) in _DICT_CLASSES:
+        _check_no_instance_attributes(tx, value, source)  # (an OrderedDict or Counter may have them)
         keys = tuple(value)
         if not all(is_constant_value(k) for k in keys):
             return _wrap_dict_keyed_by_objects(tx, value, source)
         if guards:
             guards.dict_keys(source, type(value), keys)
-        items = {k: wrap_value(tx, v, ItemSource(source, k) if source is not None else None)
+        items = {k: tx.wrap(v, ItemSource(source, k) if source is not None else None)
                  for k, v in value.items()}
         var = DictVariable(items, source=source, cls=type(value))
         if isinstance(value, collections.defaultdict) and value.default_factory is not None:
@@ -118,8 +117,8 @@ def wrap_value(tx, value, source):
                        f"{source.name()} == {set(value)!r}")
         return SetVariable({v: ConstantVariable(v) for v in value}, source=source,
                            frozen=type(value) is frozenset)
-    if type(value) is _LIST_ITERATOR:
-        return _wrap_list_iterator(tx, value, source)
+    if type(value) in _SEQUENCE_ITERATORS or (type(value) is reversed and _reversed_of_a_sequence(value)):
+        return _wrap_sequence_iterator(tx, value, source)
     if isinstance(value, torch.nn.Module):
         if guards and _made_per_call(tx, source):
             # An identity guard would fail on every call: its attributes are guarded as read.
@@ -152,7 +151,15 @@ def wrap_value(tx, value, source):
     return _wrap_callable_or_object(tx, value, source)
 
 
-_LIST_ITERATOR = type(iter([]))
+_SEQUENCE_ITERATORS = (type(iter([])), type(reversed([])), type(iter(())))
+
+
+def _reversed_of_a_sequence(value) -> bool:
+    """``reversed(tuple)`` (a ``reversed`` object over a tuple, or exhausted)."""
+    return type(value.__reduce__()[1][0]) is tuple
+# Dicts modelled as dicts (a dict subclass of a freshly imported ``collections``, the
+# pure-Python OrderedDict, is another class: an object whose methods are traced).
+_DICT_CLASSES = (dict, collections.OrderedDict, collections.defaultdict, collections.Counter)
 
 
 def _wrap_dict_keyed_by_objects(tx, value: dict, source):
@@ -171,15 +178,15 @@ def _wrap_dict_keyed_by_objects(tx, value: dict, source):
         items = {}
         for k, v in value.items():
             key = k if is_constant_value(k) else IdentityKey(wrap_value(tx, k, None), k)
-            items[key] = wrap_value(tx, v, ItemSource(source, k) if source is not None else None)
+            items[key] = tx.wrap(v, ItemSource(source, k) if source is not None else None)
         return DictVariable(items, source=source, cls=type(value))
     if source is None:
         unsupported("a dict keyed by objects that is not reachable from the inputs")
     tx.guards.length(source, type(value), len(value))
     items = {}
     for i, (k, v) in enumerate(value.items()):
-        key = wrap_value(tx, k, PositionSource(source, i, "keys"))
-        items[_key_of(tx, key)] = wrap_value(tx, v, PositionSource(source, i, "values"))
+        key = tx.wrap(k, PositionSource(source, i, "keys"))
+        items[_key_of(tx, key)] = tx.wrap(v, PositionSource(source, i, "values"))
     return DictVariable(items, source=source, cls=type(value))
 
 
@@ -191,8 +198,19 @@ def _wrap_set_of_objects(tx, value, source):
     if source is None:
         unsupported("a set of objects that is not reachable from the inputs")
     tx.guards.length(source, type(value), len(value))
-    elements = [wrap_value(tx, v, PositionSource(source, i, "elements")) for i, v in enumerate(value)]
+    elements = [tx.wrap(v, PositionSource(source, i, "elements")) for i, v in enumerate(value)]
     return SetVariable({_key_of(tx, e): e for e in elements}, source=source, frozen=type(value) is frozenset)
+
+
+def _check_no_instance_attributes(tx, value, source) -> None:
+    """A container modelled by its items whose instances also have a ``__dict__``: one with
+    attributes is left to CPython; one without is guarded to have none."""
+    if not type(value).__dictoffset__:
+        return
+    if value.__dict__:
+        unsupported(f"a {type(value).__qualname__} with attributes of its own")
+    if source is not None:
+        tx.guards.add(source, "not {v}.__dict__", f"{source.name()} has no instance attributes")
 
 
 def _made_per_call(tx, source) -> bool:
@@ -207,17 +225,27 @@ def _is_nested_function(value) -> bool:
     return type(value) is types.FunctionType and guarded_by_code(value)
 
 
-def _wrap_list_iterator(tx, value, source):
-    """A list iterator not yet advanced (a resume function's ``for`` loop iterator, made by
-    the break code as ``iter([...])``): an iterator over the list's items, each guarded."""
-    reduced = value.__reduce__()
-    if len(reduced) != 3 or reduced[2] != 0:
-        unsupported("a list iterator that was already advanced")
+def _wrap_sequence_iterator(tx, value, source):
+    """An iterator over a list or tuple, or ``reversed()`` of one (a resume function's ``for``
+    loop iterator, one a graph break made over its sequence): an iterator over that very
+    sequence, which is one variable wherever else it is reached (a list's later changes are
+    seen), at the position the iterator reached (guarded, as is an exhausted one having let
+    go of its sequence)."""
     if source is None:
         unsupported("a list iterator that is not reachable from the inputs")
-    tx.guards.add(source, "{v}.__reduce__()[2:] == (0,)", f"{source.name()} is a list iterator at its start")
-    items = wrap_value(tx, reduced[1][0], AttrSource(source, "__reduce__()[1][0]"))
-    return IteratorVariable(items.items)
+    tx.guards.type_is(source, type(value))
+    reduced = value.__reduce__()  # (iter or reversed, (the sequence,), position), or without one once exhausted
+    kind = ReversedIterator if type(value) in (type(reversed([])), reversed) else SequenceIterator
+    if len(reduced) < 3:
+        tx.guards.add(source, "len({v}.__reduce__()) == 2", f"{source.name()} is exhausted")
+        iterator = kind(tx, TupleVariable([]) if type(reduced[1][0]) is tuple else ListVariable([]))
+        iterator.seq = None
+        return iterator
+    tx.guards.add(source, f"{{v}}.__reduce__()[2] == {reduced[2]}", f"{source.name()} is at position {reduced[2]}")
+    reduce_source = CallSource(AttrSource(source, "__reduce__"))
+    iterator = kind(tx, tx.wrap(reduced[1][0], ItemSource(ItemSource(reduce_source, 1), 0)))
+    iterator.index = reduced[2]
+    return iterator
 
 
 def _wrap_callable_or_object(tx, value, source):

@@ -92,6 +92,11 @@ class StorageMethodVariable(Variable):
             from .containers import IteratorVariable
 
             return IteratorVariable(storage.iterate(tx))
+        if self.name == "copy" and issubclass(self.self_var.cls, collections.OrderedDict):
+            from .constructors import construct  # OrderedDict.copy(): ``self.__class__(self)``
+            from .objects import ClassVariable
+
+            return construct(tx, ClassVariable(self.self_var.cls), [self.self_var], {})
         return call_container_method(tx, storage, self.name, list(args), dict(kwargs))
 
 
