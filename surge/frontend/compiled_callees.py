@@ -20,6 +20,7 @@ with ``__call__``) is returned unchanged and runs in CPython as written.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 import sysconfig
@@ -136,11 +137,17 @@ _COMPILES: "weakref.WeakKeyDictionary[types.CodeType, bool]" = weakref.WeakKeyDi
 
 
 def _compiles(fn: types.FunctionType) -> bool:
+    """Not a generator or coroutine function: calling one only makes the object, whose body
+    runs later (it is not a frame to capture)."""
     code = fn.__code__
     found = _COMPILES.get(code)
     if found is None:
-        found = _COMPILES[code] = code is DECORATE_CONTEXT_CODE or _is_user_file(code.co_filename, fn.__module__)
+        found = _COMPILES[code] = code is DECORATE_CONTEXT_CODE or (
+            not code.co_flags & _GENERATOR_LIKE and _is_user_file(code.co_filename, fn.__module__))
     return found
+
+
+_GENERATOR_LIKE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
 def _is_user_file(filename: str, module: str | None) -> bool:

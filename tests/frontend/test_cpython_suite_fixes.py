@@ -331,3 +331,56 @@ def test_set_remove_raises_and_discard_does_not(literal):
         return x, (), s
 
     check(removes, X)
+
+
+class GenLike:
+    def send(self, value):
+        pass
+
+    def throw(self, *args):
+        pass
+
+    def close(self):
+        pass
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        pass
+
+
+class ClaimsAnotherClass:
+    """Answers ``__class__`` for itself, as a mock with a spec does."""
+
+    @property
+    def __class__(self):
+        return GenLike
+
+
+class ShadowsClass:
+    __class__ = 413
+
+
+def test_class_checks_ask_an_objects_own_dunder_class():
+    def checks(x, claims):
+        made = ShadowsClass()
+        return (x + 1, isinstance(claims, collections.abc.Generator), isinstance(claims, GenLike),
+                claims.__class__ is GenLike, made.__class__, ShadowsClass().__class__)
+
+    check(checks, X, ClaimsAnotherClass())
+
+
+def test_types_coroutine_marks_a_generator_function_made_in_the_frame():
+    import types
+
+    def marks(x):
+        @types.coroutine
+        def coro():
+            yield
+
+        made = coro()
+        return (x + 1, type(made).__name__, isinstance(made, collections.abc.Coroutine),
+                bool(coro.__code__.co_flags & 0x100), (1).__class__ is int)
+
+    check(marks, X)

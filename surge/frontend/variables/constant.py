@@ -102,6 +102,10 @@ class ConstantVariable(Variable):
             attr = getattr(self.value, name)
         except AttributeError:
             raise AttributeMissing(name)
+        if isinstance(attr, type):  # ``value.__class__``: the class itself (``is CodeType`` holds)
+            from .objects import ClassVariable
+
+            return ClassVariable(attr)
         if callable(attr) and not isinstance(attr, CONSTANT_TYPES):
             from .functions import BoundConstantMethod
 

@@ -47,13 +47,32 @@ def _instance_check(tx, obj, cls) -> bool:
     hook = _hook(cls, "__instancecheck__")
     if hook is None:
         guard_mro(tx, obj.python_type())
-        return issubclass(obj.python_type(), cls)
+        if issubclass(obj.python_type(), cls):
+            return True
+        claimed = _claimed_class(tx, obj)  # type's and ABCMeta's checks both ask it too
+        return claimed is not None and issubclass(claimed, cls)
     if isinstance(obj, TensorVariable) and _is_torch_code(type(cls)):
         example = torch.empty(0, dtype=obj.example.dtype, device=obj.device, layout=obj.example.layout)
         if obj.cls is not torch.Tensor:
             example = example.as_subclass(obj.cls)
         return isinstance(example, cls)
     return _traced_hook(tx, cls, hook, "__instancecheck__", obj)
+
+
+def _claimed_class(tx, obj):
+    """``obj.__class__`` where the object's class defines ``__class__`` itself (a mock with a
+    spec, a proxy) and it names another class; None otherwise."""
+    from .objects import ObjectVariable, NewObjectVariable
+
+    own = obj.python_type()
+    if not isinstance(obj, (ObjectVariable, NewObjectVariable)) or \
+            next(k for k in own.__mro__ if "__class__" in k.__dict__) is object:
+        return None
+    claimed = obj.getattr(tx, "__class__")
+    value = getattr(claimed, "cls", None)
+    if not isinstance(value, type):
+        unsupported(f"isinstance() of a {own.__qualname__} whose __class__ is {claimed}")
+    return value if value is not own else None
 
 
 def _subclass_check(tx, cls_var, sub: type, cls) -> bool:

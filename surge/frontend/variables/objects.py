@@ -20,6 +20,7 @@ from .torch_function import DEFAULT_TORCH_FUNCTION, DefaultTorchFunctionVariable
 from .exceptions import ExceptionVariable  # noqa: F401  (where the interpreter and rules find it)
 
 _MISSING = object()
+_OBJECT_CLASS = object.__dict__["__class__"]  # a class that defines its own (a mock's spec) answers for itself
 # Built-in classes whose methods act on a dict subclass's own storage.
 DICT_STORAGE_BASES = (dict, collections.OrderedDict)
 
@@ -145,7 +146,7 @@ class ObjectVariable(Variable):
         if stored is not None:
             return stored
         cls = type(self.obj)
-        if name == "__class__":
+        if name == "__class__" and static_lookup(cls, name) is _OBJECT_CLASS:
             # Covered by the type (or identity) guard every object read from the inputs has.
             return ClassVariable(cls)
         if name == "__dict__" and isinstance(self, UserObjectVariable) and self.source is not None \
@@ -468,7 +469,7 @@ class NewObjectVariable(Variable):
             return bind_class_attribute(tx, self, self.cls, name, static)
         if name in self.attrs:
             return self.attrs[name]
-        if name == "__class__":
+        if name == "__class__" and static is _OBJECT_CLASS:
             return ClassVariable(self.cls)
         if name == "__dict__":
             from .containers import DictVariable
