@@ -20,6 +20,7 @@ from .shape_env import is_symbolic
 from .variables.constant import ConstantVariable
 from .variables.dict_views import DictViewVariable
 from .variables.mapping_proxies import MappingProxyVariable
+from .variables.hashing import check_rebuilt
 from .variables.containers import (
     DictVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, key_variable,
 )
@@ -126,6 +127,7 @@ class ReturnCodegen:
         if isinstance(value, ListVariable):
             return "[" + ", ".join(self.expr(i) for i in value.items) + "]"
         if isinstance(value, DictVariable):
+            check_rebuilt(value.items)
             body = ", ".join(f"{self.expr(key_variable(k))}: {self.expr(v)}" for k, v in value.items.items())
             if value.cls is dict:
                 return "{" + body + "}"
@@ -135,6 +137,7 @@ class ReturnCodegen:
                 return f"{cls}({factory}, {{{body}}})"
             return f"{cls}({{{body}}})"
         if isinstance(value, SetVariable):
+            check_rebuilt(value.items)
             if not value.items:
                 return "frozenset()" if value.frozen else "set()"
             body = "{" + ", ".join(self.expr(v) for v in value.items.values()) + "}"
@@ -153,6 +156,7 @@ class ReturnCodegen:
             body = ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.attrs.items())
             if value.storage is None:
                 return f"{builder}({cls}, {{{body}}})"
+            check_rebuilt(value.storage.items)
             shared = tuple(k for k, v in value.storage.items.items() if value.attrs.get(k) is v)
             items = ", ".join(f"{self.expr(key_variable(k))}: {'None' if k in shared else self.expr(v)}"
                               for k, v in value.storage.items.items())

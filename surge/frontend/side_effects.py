@@ -12,6 +12,7 @@ import torch
 
 from .sources import Source
 from .variables.containers import key_variable
+from .variables.hashing import check_rebuilt
 
 
 class SideEffects:
@@ -70,6 +71,7 @@ class SideEffects:
             if _only_appended(var):  # its items were never read, nor guarded: added to, not replaced
                 lines.append(f"{target}.extend([{', '.join(expr(v) for v in var.appended)}])")
             elif isinstance(var.items, dict):
+                check_rebuilt(var.items)
                 body = ", ".join(f"{expr(key_variable(k))}: {expr(v)}" for k, v in var.items.items())
                 lines += [f"new_items = {{{body}}}", f"{target}.clear()", f"{target}.update(new_items)"]
             else:

@@ -384,3 +384,40 @@ def test_types_coroutine_marks_a_generator_function_made_in_the_frame():
                 bool(coro.__code__.co_flags & 0x100), (1).__class__ is int)
 
     check(marks, X)
+
+
+class Tagged(int):
+    pass
+
+
+def test_an_int_subclass_with_instance_attributes_is_not_a_constant():
+    def reads(x, n):
+        return x + 1, n.tag, n + 1
+
+    compiled = surge.compile(reads, backend="eager")
+    for tag in ("a", "b"):
+        n = Tagged(5)
+        n.tag = tag  # the same value, another attribute: a value guard alone would pass it
+        same(compiled(X, n), reads(X, n))
+
+
+class Pair:
+    def __init__(self, a):
+        self.a = a
+
+    def __eq__(self, other):
+        return isinstance(other, Pair) and self.a == other.a
+
+    def __hash__(self):
+        return hash(self.a)
+
+
+def test_a_dict_whose_key_changed_hash_is_not_rebuilt_by_cpython():
+    def keeps(x):
+        key = Pair(1)
+        d = {key: 1, Pair(2): 2}
+        key.a = 3  # its stored hash is hash(1) now (CPython never hashes it again)
+        surge.graph_break()
+        return x + 1, len(d), Pair(1) in d, Pair(3) in d, [k.a for k in d]
+
+    check(keeps, X)

@@ -37,12 +37,16 @@ def is_constant_value(value) -> bool:
 
 
 def _computes_in_c(cls: type) -> bool:
-    """Whether computing with an instance runs no code of the program: a constant type
-    itself, an enum (its members are fixed), or a subclass that adds no methods. A subclass
-    of ``int`` or ``str`` with methods of its own (``__lt__`` that empties a list) is an
-    object: folding would run them now, once, outside the trace."""
+    """Whether an instance is a value that computing with runs no code of the program: a
+    constant type itself, an enum (its members are fixed), or a subclass that adds neither
+    methods nor instance attributes. A subclass of ``int`` or ``str`` with methods of its
+    own (``__lt__`` that empties a list) is an object, as is one whose instances carry
+    attributes (a value guard would not see them change): folding would run its methods
+    now, once, outside the trace."""
     if cls in _EXACT_CONSTANT_TYPES or issubclass(cls, enum.Enum):
         return True
+    if cls.__dictoffset__:
+        return False
     for klass in cls.__mro__:
         if klass in _EXACT_CONSTANT_TYPES or klass.__module__ == "builtins":
             return True

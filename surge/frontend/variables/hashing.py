@@ -25,12 +25,13 @@ from .constant import ConstantVariable
 class HashedKey:
     """The stand-in for an object hashed by its class's Python ``__hash__``."""
 
-    __slots__ = ("tx", "variable", "hash_value")
+    __slots__ = ("tx", "variable", "hash_value", "rehashed")
 
     def __init__(self, tx, variable: Variable, hash_value: int):
         self.tx = tx
         self.variable = variable
         self.hash_value = hash_value
+        self.rehashed = False  # checked to hash the same at the end of the trace (check_rebuilt)
 
     def __hash__(self):
         return self.hash_value
@@ -65,6 +66,29 @@ def _without_writes(tx, what: str):
     yield
     if tx.writes != before:
         unsupported(f"{what} writes state: CPython calls it")
+
+
+def check_rebuilt(keys) -> None:
+    """A dict or set handed to CPython (at a graph break, a return, a replay into an input)
+    is built again there, which hashes its keys again: each key's traced hash must still be
+    the one it was stored with (an attribute it reads may have changed since, or it may
+    raise now), and no key may share its hash with another (CPython would call their
+    ``__eq__`` while building)."""
+    hashes: dict = {}
+    for key in keys:
+        if not isinstance(key, HashedKey):
+            if not hasattr(key, "variable"):  # a constant (identity keys hash by address)
+                hashes.setdefault(hash(key), 0)
+                hashes[hash(key)] += 1
+            continue
+        if not key.rehashed:
+            if _python_hash(key.tx, key.variable) != key.hash_value:
+                unsupported(f"a {key.variable.python_type().__qualname__} key whose hash changed since it was "
+                            "stored, handed to CPython (which would hash it again)")
+            key.rehashed = True
+        hashes[key.hash_value] = hashes.get(key.hash_value, 0) + 1
+    if any(n > 1 for n in hashes.values()) and any(isinstance(k, HashedKey) for k in keys):
+        unsupported("a dict or set whose keys share a hash, handed to CPython (which would call their __eq__)")
 
 
 def _hash_method(tx, var: Variable):
