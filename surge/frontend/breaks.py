@@ -22,6 +22,7 @@ are captured, guarded and cached like any compiled function.
 from __future__ import annotations
 
 import inspect
+import itertools
 import types
 
 import torch
@@ -49,7 +50,7 @@ from .variables.functions import (
 from .variables.device_modes import DeviceBlockVariable
 from .variables.exceptions import rebuild_exception, with_chain
 from .variables.exit_stacks import ExitStackVariable
-from .variables.iterators import KeyedIterator, ReversedIterator, SequenceIterator
+from .variables.iterators import ChainIterator, KeyedIterator, ReversedIterator, SequenceIterator
 from .variables.objects import ExceptionVariable, NewObjectVariable
 
 
@@ -130,6 +131,9 @@ def collect_state_outputs(value, outputs, seen) -> None:
         seen.add(("visited", id(value)))
         for item in list(value.frame.locals.values()) + list(value.frame.cells.values()):
             collect_state_outputs(item, outputs, seen)
+    elif isinstance(value, ChainIterator):
+        for part in ([value.current] if value.current is not None else []) + value.pending:
+            collect_state_outputs(part, outputs, seen)
     elif _iterated_container(value) is not None:
         collect_state_outputs(_iterated_container(value), outputs, seen)  # rebuilt whole (BreakStateCodegen)
     elif isinstance(value, IteratorVariable):
@@ -234,6 +238,9 @@ class BreakStateCodegen(ReturnCodegen):
             make = "reversed" if isinstance(value, ReversedIterator) else "iter"
             over_tuple = value.kind in (type(iter(())), type(reversed(())))
             return f"{make}(())" if over_tuple else f"{make}([])"
+        if isinstance(value, ChainIterator):  # a chain again, over what it had still to walk
+            parts = ([value.current] if value.current is not None else []) + value.pending
+            return f"{self.codegen.consts.ref(itertools.chain, 'chain')}({', '.join(self.expr(p) for p in parts)})"
         if isinstance(value, IteratorVariable):
             # Any other iterator: a list iterator over the items still to come.
             return "iter([" + ", ".join(self.expr(i) for i in value.remaining()) + "])"

@@ -69,13 +69,29 @@ class CodeCache:
             result = self._from_disk(fn, args, kwargs, options, backend, records)
             if result is not MISS:
                 return result
+        from .global_state import python_builtins
+
+        with python_builtins():  # surge's code runs with Python's (the trace reads the program's)
+            entry = self._new_entry(fn, args, kwargs, options, backend, records, use_disk)
+        if entry is None:
+            return fn(*args, **kwargs)
+        counters["cache_hits"] -= 1  # the entry's own run below counts a hit; this call was a miss
+        result = entry.run(fn, args, kwargs)
+        if result is MISS:
+            # The guards read state the call itself just changed; run eagerly this once.
+            counters["cache_hits"] += 1
+            return fn(*args, **kwargs)
+        return result
+
+    def _new_entry(self, fn, args, kwargs, options, backend, records, use_disk) -> CacheEntry | None:
+        """A new entry for this call, or None once the code object recompiled too often."""
         if self.entries or self.dropped:
             if self.recompiles >= options.cache_size_limit:
                 self.run_eagerly = True
                 fallbacks.announce(f"it was recompiled {self.recompiles} times (cache_size_limit="
                                    f"{options.cache_size_limit}); last failing guard: "
                                    f"{self._failed_guard(fn, args, kwargs)}", outcome="now runs eagerly")
-                return fn(*args, **kwargs)
+                return None
             self.recompiles += 1
             counters["recompiles"] += 1
             recompile_reason = self._failed_guard(fn, args, kwargs)
@@ -105,13 +121,7 @@ class CodeCache:
             entry.constants.when_dead(functools.partial(self._drop, entry))
         if records is not None:
             records.append(entry)
-        counters["cache_hits"] -= 1  # the entry's own run below counts a hit; this call was a miss
-        result = entry.run(fn, args, kwargs)
-        if result is MISS:
-            # The guards read state the call itself just changed; run eagerly this once.
-            counters["cache_hits"] += 1
-            return fn(*args, **kwargs)
-        return result
+        return entry
 
     def _drop(self, entry: CacheEntry) -> None:
         """An object the entry holds weakly died: it can never match again."""

@@ -11,6 +11,7 @@ failed, a note on that failure.
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 
 import torch
@@ -73,6 +74,34 @@ def device_modes_set_aside(count: int):
         pushed = [pop() for _ in range(torch._C._len_torch_function_stack())][::-1]
         for mode in modes + pushed:
             push(mode)
+
+
+# Python's builtins as surge found them: its own code runs with these (a program may put
+# others in their place, as test_functools caches ``len`` in builtins).
+_PYTHON_BUILTINS = dict(builtins.__dict__)
+
+
+_PROGRAMS_BUILTINS: list = []  # the program's builtins while python_builtins() runs, innermost last
+
+
+@contextlib.contextmanager
+def python_builtins():
+    """While capture runs, builtins the program replaced are Python's again (surge's own code
+    calls them); ``programs_builtins()`` is what the trace reads meanwhile. Put back on exit."""
+    current = builtins.__dict__
+    replaced = {k: v for k, v in current.items() if k in _PYTHON_BUILTINS and _PYTHON_BUILTINS[k] is not v}
+    _PROGRAMS_BUILTINS.append(dict(current) if replaced else current)
+    current.update({k: _PYTHON_BUILTINS[k] for k in replaced})
+    try:
+        yield
+    finally:
+        current.update(replaced)
+        _PROGRAMS_BUILTINS.pop()
+
+
+def programs_builtins() -> dict:
+    """The builtins the program sees (its own replacements included)."""
+    return _PROGRAMS_BUILTINS[-1] if _PROGRAMS_BUILTINS else builtins.__dict__
 
 
 class GlobalStateLeak(RuntimeError):

@@ -24,7 +24,7 @@ from .variables.hashing import check_rebuilt
 from .variables.containers import (
     DictVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, key_variable,
 )
-from .variables.functions import PartialVariable, UserFunctionVariable, UserMethodVariable
+from .variables.functions import CachedFunctionVariable, PartialVariable, UserFunctionVariable, UserMethodVariable
 from .variables.objects import DICT_STORAGE_BASES, ClassVariable, NewObjectVariable, NNModuleVariable, PythonModuleVariable, UserObjectVariable
 from .variables.tensor import TensorVariable
 from .variables.tensor_subclasses import PLAIN_TENSOR_CLASSES, rewrap
@@ -112,6 +112,8 @@ class ReturnCodegen:
                 # A namedtuple takes its fields one by one; other tuple subclasses take an iterable.
                 return f"{cls}(*{items})" if hasattr(type(value.value), "_fields") else f"{cls}({items})"
             return self.const(value.value, type(value.value).__name__)
+        if isinstance(value, CachedFunctionVariable):  # the lru_cache wrapper itself, not the function it holds
+            return self.codegen.consts.ref(value.wrapper, value.fn.__name__)
         if isinstance(value, (TupleVariable, ListVariable, DictVariable, SetVariable)) and value.source is not None:
             # A container read from the inputs is returned as that same object
             # (its mutations, if any, are replayed into it before the return).

@@ -20,6 +20,7 @@ class SideEffects:
         self._containers: dict[int, object] = {}          # id(variable) -> mutated input list/dict
         self._stores: dict[tuple, tuple] = {}             # key -> (kind, source, name, value)
         self._attributes: dict[tuple, object] = {}        # (id(obj), name) -> value, for reads
+        self._calls: list[tuple] = []                     # (callable, args, kwargs) called after the graph
 
     # ---- recording --------------------------------------------------------------
 
@@ -35,6 +36,10 @@ class SideEffects:
     def store_attribute(self, obj, source: Source, name: str, value) -> None:
         self._stores[("attr", source, name)] = ("attr", source, name, value)
         self._attributes[(id(obj), name)] = value
+
+    def call_after(self, fn, args: list, kwargs: dict) -> None:
+        """``fn(*args, **kwargs)`` after the graph, in order (an lru_cache wrapper: its cache)."""
+        self._calls.append((fn, args, kwargs))
 
     def set_default_device(self, device) -> None:
         """``torch.set_default_device(device)`` in the frame (the last one is what stays)."""
@@ -62,6 +67,8 @@ class SideEffects:
                 out.extend(var.appended)
             else:
                 out.extend(var.items.values() if isinstance(var.items, dict) else var.items)
+        for _, args, kwargs in self._calls:
+            out.extend([*args, *kwargs.values()])
         return out
 
     def statements(self, codegen, expr) -> list[str]:
@@ -87,10 +94,13 @@ class SideEffects:
                 lines.append(f"{set_default}({expr(value)})")
             else:
                 lines.append(f"setattr({codegen.value_of(source)}, {name!r}, {expr(value)})")
+        for fn, args, kwargs in self._calls:
+            arguments = [expr(a) for a in args] + [f"{k}={expr(v)}" for k, v in kwargs.items()]
+            lines.append(f"{codegen.consts.ref(fn, getattr(fn, '__name__', 'fn'))}({', '.join(arguments)})")
         return lines
 
     def __bool__(self):
-        return bool(self._containers or self._stores)
+        return bool(self._containers or self._stores or self._calls)
 
 
 def _only_appended(var) -> bool:

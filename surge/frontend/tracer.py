@@ -15,6 +15,7 @@ import torch
 from ..options import Options
 from .code_kinds import DECORATE_CONTEXT_CODE
 from .dynamic_dims import DynamicDims
+from .global_state import programs_builtins
 from .graph_builder import GraphBuilder
 from .side_effects import SideEffects
 from .guards import GuardSet
@@ -65,6 +66,8 @@ class Tracer:
         self.autocast_blocks: list = []
         # torch's default-device modes as the trace models them (the caller's: capture.py).
         self.device_modes = DeviceModes()
+        # The builtins the program sees (surge's own code runs with Python's: cache.py).
+        self.builtins = programs_builtins()
         self.current_frame = None
         # The exceptions being handled by running `except`/`finally` handlers, innermost
         # last (CPython's exc_info chain across the inlined frames).

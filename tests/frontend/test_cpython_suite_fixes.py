@@ -7,6 +7,7 @@ import collections
 import copy
 import dataclasses
 import enum
+import functools
 import heapq
 from collections import OrderedDict, UserDict, UserList, defaultdict, namedtuple
 
@@ -421,3 +422,78 @@ def test_a_dict_whose_key_changed_hash_is_not_rebuilt_by_cpython():
         return x + 1, len(d), Pair(1) in d, Pair(3) in d, [k.a for k in d]
 
     check(keeps, X)
+
+
+@functools.lru_cache(maxsize=2)
+def _tripled(n):
+    return n * 3
+
+
+def test_lru_cache_calls_leave_the_cache_as_eager_does():
+    def cached(x, k):
+        total = _tripled(2) + _tripled(k) + _tripled(2)
+        return x * total, _tripled.cache_info()
+
+    compiled = surge.compile(cached, backend="eager")
+    for k in (5, 5, 7):
+        _tripled.cache_clear()
+        expected = cached(X, k)
+        _tripled.cache_clear()
+        same(compiled(X, k), expected)
+
+
+class HashCounted:
+    calls = 0
+
+    def __hash__(self):
+        HashCounted.calls += 1
+        return 1
+
+
+def test_lru_cache_of_an_object_hashes_it_once_per_call():
+    @functools.lru_cache(maxsize=None)
+    def ident(obj):
+        return 1
+
+    def calls(x, obj):
+        return x + ident(obj) + ident(obj)
+
+    compiled = surge.compile(calls, backend="eager")
+    obj = HashCounted()
+    for run in (calls, compiled):
+        HashCounted.calls = 0
+        ident.cache_clear()
+        run(X, obj)
+        assert HashCounted.calls == 2
+
+
+def test_a_builtin_the_program_replaced_is_traced_and_surge_keeps_its_own():
+    import builtins
+
+    def patched(x):
+        old = builtins.len
+        try:
+            builtins.len = functools.lru_cache(4)(len)
+            sizes = [len("abcdef"[:i]) for i in (0, 1, 2, 2)]
+        finally:
+            builtins.len = old
+        return x + 1, sizes
+
+    check(patched, X)
+    assert builtins.len is len
+
+
+def test_a_chain_alive_at_a_break_is_a_chain():
+    import itertools
+
+    def chains(x):
+        it = itertools.chain([1, 2], [3])
+        next(it)
+        surge.graph_break()
+        try:
+            itertools.chain().__setstate__(())
+        except TypeError as e:
+            error = type(e)
+        return x + 1, type(it).__name__, list(it), error
+
+    check(chains, X)

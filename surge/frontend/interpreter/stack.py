@@ -92,8 +92,16 @@ def load_global(frame, name: str):
     builtins_dict = frame.f_globals.get("__builtins__", builtins.__dict__)
     if not isinstance(builtins_dict, dict):
         builtins_dict = builtins_dict.__dict__
+    if builtins_dict is builtins.__dict__:
+        builtins_dict = tracer.builtins  # the program's, whatever surge's own code runs with
     if name in builtins_dict:
-        return tracer.wrap(builtins_dict[name], None)
+        value = builtins_dict[name]
+        if value is not getattr(builtins, name, value) or name not in builtins.__dict__:
+            # One the program put there (an lru_cache of len): guarded to still be there.
+            ref = tracer.guards.consts.ref(value, name)
+            tracer.guards.add(ConstSource(builtins.__dict__, "builtins_dict"), f"{{v}}.get({name!r}) is {ref}",
+                              f"builtins.{name} is the program's {type(value).__name__}")
+        return tracer.wrap(value, None)
     # CPython's NameError, raised in the trace (a handler around it catches it, chained to
     # the exception being handled), while neither dict gains the name.
     tracer.guards.add(ConstSource(builtins_dict, "builtins_dict"), f"{name!r} not in {{v}}",

@@ -317,8 +317,8 @@ def _wrap_callable_or_object(tx, value, source):
 
 
 def _has_rule(value) -> bool:
-    if type(value).__hash__ is None or isinstance(type(value).__hash__, types.FunctionType):
-        return False  # an object of a user class: its own __hash__ is the program's to call, not surge's
+    if not isinstance(type(value).__hash__, types.WrapperDescriptorType):
+        return False  # a hash of the program's own (a user class's, a mock's): its to call, not surge's
     try:
         return value in BUILTIN_RULES or adopt_dynamo_graph_break(value)
     except TypeError:  # unhashable

@@ -100,17 +100,15 @@ class FunctionVariable(Variable):
 CACHE_WRAPPER_TYPE = type(functools.lru_cache(maxsize=None)(lambda: None))
 
 
-def cached_function_variable(tx, wrapper, source) -> "UserFunctionVariable":
-    """A call through an lru_cache wrapper inlines the function it wraps: the decorator's
-    contract is that the function is pure, so the cache only saves time, never changes a
-    result. The wrapper's identity is guarded; the function it holds is fixed with it."""
+def cached_function_variable(tx, wrapper, source) -> "CachedFunctionVariable":
+    """An lru_cache wrapper (its identity guarded; the function it holds is fixed with it)."""
     from ..sources import ConstSource
 
     fn = wrapper.__wrapped__
     if source is not None:
         tx.guards.identity(source, wrapper)
         source = ConstSource(fn, f"fn<{fn.__qualname__}>")
-    return UserFunctionVariable(fn, source)
+    return CachedFunctionVariable(wrapper, source)
 
 
 class UserFunctionVariable(FunctionVariable):
@@ -197,6 +195,46 @@ class UserFunctionVariable(FunctionVariable):
 
     def __repr__(self):
         return f"UserFunctionVariable({self.fn.__qualname__})"
+
+
+class CachedFunctionVariable(UserFunctionVariable):
+    """A call through an ``lru_cache`` / ``cache`` wrapper. Its function is traced, as a pure
+    function (it writes no state: the cache's contract), for the value; the wrapper itself is
+    called again after the graph with the same arguments, so its cache (its entries, their
+    order and its statistics) is as eager leaves it. That needs arguments the entry can hand
+    it as they were (constants, objects of the inputs) and a result that is the same whether
+    cached or not (a constant, a tensor); other calls are left to CPython (a break)."""
+
+    def __init__(self, wrapper, source=None):
+        super().__init__(wrapper.__wrapped__, source)
+        self.wrapper = wrapper
+
+    def call(self, tx, args, kwargs):
+        values = [*args, *kwargs.values()]
+        if not all(_as_it_was(v) for v in values):
+            unsupported(f"a call of lru_cache function {self.qualname} with arguments made in the trace "
+                        "(its cache hashes them): CPython calls it")
+        writes = tx.writes
+        result = super().call(tx, args, kwargs)
+        if tx.writes != writes:
+            unsupported(f"lru_cache function {self.qualname} writes state: CPython calls it")
+        from .tensor import TensorVariable
+
+        if not (result.is_constant() or isinstance(result, TensorVariable)):
+            unsupported(f"lru_cache function {self.qualname} returning {result} (the cached object itself): "
+                        "CPython calls it")
+        tx.side_effects.call_after(self.wrapper, list(args), dict(kwargs))
+        return result
+
+    def getattr(self, tx, name):
+        if name in ("cache_info", "cache_clear", "cache_parameters"):
+            return OpaqueCallableVariable(getattr(self.wrapper, name))  # the cache's state: CPython's call
+        return super().getattr(tx, name)
+
+
+def _as_it_was(value) -> bool:
+    """A value the entry can pass on as the very object (or an equal constant)."""
+    return value.is_constant() or (getattr(value, "source", None) is not None and hasattr(value, "identity_key"))
 
 
 def guarded_by_code(fn) -> bool:

@@ -51,7 +51,7 @@ def _is_bindable(value) -> bool:
 
 def bind_class_attribute(tx, self_var: Variable, cls: type, name: str, value):
     """Resolve a class-level attribute found for ``self_var`` (methods bind to it)."""
-    from .functions import CACHE_WRAPPER_TYPE, UserFunctionVariable, UserMethodVariable
+    from .functions import CACHE_WRAPPER_TYPE, CachedFunctionVariable, UserFunctionVariable, UserMethodVariable
 
     source = class_entry_source_of(cls, name, value)
     if source is not None and _is_bindable(value):
@@ -59,8 +59,8 @@ def bind_class_attribute(tx, self_var: Variable, cls: type, name: str, value):
     if isinstance(value, types.FunctionType):
         return UserMethodVariable(UserFunctionVariable(value), self_var)
     if isinstance(value, CACHE_WRAPPER_TYPE) and isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
-        # An lru_cache'd method: the wrapped function, bound (the cache is pure, see functions.py).
-        return UserMethodVariable(UserFunctionVariable(value.__wrapped__), self_var)
+        # An lru_cache'd method: the wrapper, bound (functions.py: CachedFunctionVariable).
+        return UserMethodVariable(CachedFunctionVariable(value), self_var)
     if isinstance(value, staticmethod):
         return tx.wrap(value.__func__, None)
     if isinstance(value, classmethod):
