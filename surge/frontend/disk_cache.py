@@ -365,6 +365,12 @@ def _decode_graph(nodes: list, env=None) -> torch.fx.GraphModule:
 def make_record(tracer, gm, *, input_sources: list, return_expr, effects) -> Record | None:
     """What to store of a finished capture (no graph break, no fallback); None (logged)
     when some part of it has no meaning in another process."""
+    from .variables.hashing import process_order_reads
+
+    if process_order_reads() != tracer.order_reads_at_start:
+        logs.log("perf", "frontend disk cache: capture not stored (it read the order of a set of strings, "
+                         "which another process's hashing orders otherwise)")
+        return None
     try:
         files = {}
         for path in sorted(tracer.code_files):

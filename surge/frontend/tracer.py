@@ -24,6 +24,7 @@ from .variables.base import unsupported
 from .variables.builder import wrap_value
 from .variables.contexts import GeneratorContextVariable, GradModeContextVariable
 from .variables.device_modes import DeviceModes
+from .variables.hashing import process_order_reads
 from .variables.functions import GeneratorVariable
 from .variables.optimizers import USE_GRAD_CODE, trace_optimizer_step
 
@@ -68,6 +69,8 @@ class Tracer:
         self.device_modes = DeviceModes()
         # The builtins the program sees (surge's own code runs with Python's: cache.py).
         self.builtins = programs_builtins()
+        # Reads of an order this process's hashing decides, before the capture (hashing.py).
+        self.order_reads_at_start = process_order_reads()
         self.current_frame = None
         # The exceptions being handled by running `except`/`finally` handlers, innermost
         # last (CPython's exc_info chain across the inlined frames).

@@ -497,3 +497,15 @@ def test_a_chain_alive_at_a_break_is_a_chain():
         return x + 1, type(it).__name__, list(it), error
 
     check(chains, X)
+
+
+def test_sets_iterate_and_pop_in_cpythons_order():
+    def sets(x, n):
+        s = {3, 1, 2, n, "b", "a", 10, 9}
+        s.discard(9)
+        s.add(-5)
+        popped = [s.pop(), s.pop()]
+        return (x + 1, list(s), popped, list({5, 3} | {1, n}), list(s & {1, 10, -5}), list(s - {1}),
+                list(s ^ {7, 10}), list(s.union([11, 0])), repr(s))
+
+    check(sets, X, 100)

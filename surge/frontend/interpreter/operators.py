@@ -14,7 +14,8 @@ from ..variables.constant import ConstantVariable
 from ..variables.dict_views import DictViewVariable, as_set_operand, set_of_iterable, view_equal
 from ..variables.mapping_proxies import MappingProxyVariable
 from ..variables.containers import (
-    _ABSENT, BaseSequenceVariable, DictVariable, ListVariable, SetVariable, TupleVariable, _key_of,
+    _ABSENT, BaseSequenceVariable, DictVariable, ListVariable, SetEntries, SetVariable, TupleVariable, _key_of,
+    set_operation,
 )
 from ..variables.functions import ContainerMethodVariable, UserFunctionVariable, UserMethodVariable
 from ..variables.objects import NewObjectVariable, ObjectVariable, UserObjectVariable, call_python_dunder
@@ -148,7 +149,7 @@ def _set_in_place(tx, fn, a: SetVariable, b: Variable) -> SetVariable:
     result = binary_op(tx, INPLACE_TO_BINARY[fn], a, b)
     if not isinstance(result, SetVariable):
         unsupported(f"{fn.__name__} of a set with {b}")
-    a.items = dict(result.items)
+    a.items = SetEntries(result.items)
     return a
 
 
@@ -199,7 +200,7 @@ def _merge(tx, a, b):
     if isinstance(a, DictVariable) and isinstance(b, DictVariable):
         return _dict_union(a, b)
     if isinstance(a, SetVariable) and isinstance(b, SetVariable):
-        return SetVariable({**a.items, **b.items})
+        return set_operation(tx, a, "union", [b])
     return None
 
 
@@ -218,12 +219,10 @@ def _dict_union(a: DictVariable, b: DictVariable) -> DictVariable:
     return DictVariable(merged)
 
 
-def _set_op(keep):
+def _set_op(name: str):
     def rule(tx, a, b):
         if isinstance(a, SetVariable) and isinstance(b, SetVariable):
-            keys = keep(set(a.items), set(b.items))
-            merged = {**b.items, **a.items}
-            return SetVariable({k: merged[k] for k in merged if k in keys})
+            return set_operation(tx, a, name, [b])
         return None
     return rule
 
@@ -232,9 +231,9 @@ _SEQUENCE_RULES = {
     operator.add: _concat,
     operator.mul: _repeat,
     operator.or_: _views_as_sets(_merge),
-    operator.and_: _views_as_sets(_set_op(lambda x, y: x & y)),
-    operator.sub: _views_as_sets(_set_op(lambda x, y: x - y)),
-    operator.xor: _views_as_sets(_set_op(lambda x, y: x ^ y)),
+    operator.and_: _views_as_sets(_set_op("intersection")),
+    operator.sub: _views_as_sets(_set_op("difference")),
+    operator.xor: _views_as_sets(_set_op("symmetric_difference")),
 }
 
 

@@ -27,7 +27,9 @@ from .autocast import wrap_autocast_object
 from ..entry import CompiledFunction
 from .builtins import BUILTIN_RULES, BuiltinVariable, adopt_dynamo_graph_break
 from .constant import ConstantVariable, is_constant_value
-from .containers import DictVariable, IteratorVariable, ListVariable, SetVariable, SliceVariable, TupleVariable
+from .containers import (
+    DictVariable, IteratorVariable, ListVariable, SetEntries, SetVariable, SliceVariable, TupleVariable,
+)
 from .functions import (
     CACHE_WRAPPER_TYPE, OpaqueCallableVariable, PartialVariable, UserFunctionVariable, UserMethodVariable,
     cached_function_variable, guarded_by_code,
@@ -115,8 +117,8 @@ def wrap_value(tx, value, source):
         if guards:
             guards.add(source, f"type({{v}}) is {type(value).__name__} and {{v}} == {set(value)!r}",
                        f"{source.name()} == {set(value)!r}")
-        return SetVariable({v: ConstantVariable(v) for v in value}, source=source,
-                           frozen=type(value) is frozenset)
+        # Over its very table (so it iterates as CPython's does; the trace never changes an input set).
+        return SetVariable(SetEntries.over(value, ConstantVariable), source=source, frozen=type(value) is frozenset)
     if type(value) in _SEQUENCE_ITERATORS or (type(value) is reversed and _reversed_of_a_sequence(value)):
         return _wrap_sequence_iterator(tx, value, source)
     if isinstance(value, torch.nn.Module):

@@ -21,9 +21,9 @@ from .base import (
 )
 from .constant import NONE, ConstantVariable
 from .containers import (
-    DictVariable, IteratorVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, _key_of,
+    DictVariable, IteratorVariable, ListVariable, SetVariable, SliceVariable, TupleVariable, _key_of, set_from,
 )
-from .hashing import hash_builtin
+from .hashing import hash_builtin, note_order_read
 from .instance_checks import isinstance_of, issubclass_of
 from .iterators import EnumerateIterator, FilterIterator, MapIterator, ReversedIterator, ZipIterator, iterator_of
 from ..shape_env import is_symbolic
@@ -338,6 +338,8 @@ def _string_conversion(fn):
             hashed = hash_builtin(tx, args[0])  # a class's own __hash__, traced
             if hashed is not None:
                 return hashed
+            if args[0].is_constant():
+                note_order_read([args[0].as_constant(), None])  # a string's hash is this process's
         if fn in (str, repr) and len(args) == 1 and not kwargs and hasattr(args[0], "str_or_repr"):
             return args[0].str_or_repr(tx, fn)  # exceptions, dict views
         if fn in (str, repr) and len(args) == 1 and not kwargs and _plain_class(args[0]):
@@ -495,8 +497,9 @@ def _set_rule(frozen):
         if frozen and iterable is not None and iterable.python_type() is frozenset \
                 and (isinstance(iterable, SetVariable) or iterable.is_constant()):
             return iterable  # frozenset(f) of a frozenset is f itself, as in CPython
-        items = {} if iterable is None else {_key_of(tx, v): v for v in iterable.iterate(tx)}
-        return SetVariable(items, frozen=frozen)
+        if iterable is None:
+            return SetVariable({}, frozen=frozen)
+        return set_from(tx, iterable, frozen)
     return rule
 
 

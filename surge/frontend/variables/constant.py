@@ -123,6 +123,10 @@ class ConstantVariable(Variable):
         return tx.wrap(attr, AttrSource(self.source, name) if self.source is not None else None)
 
     def iterate(self, tx):
+        if isinstance(self.value, frozenset):
+            from .hashing import note_order_read
+
+            note_order_read(list(self.value))
         if isinstance(self.value, (str, bytes, range, tuple, frozenset, torch.Size)):
             return [ConstantVariable(v) for v in self.value]
         unsupported(f"iterating over {type(self.value).__name__}")

@@ -5,7 +5,8 @@ from .base import raise_in_user_code, unsupported
 from .constant import NONE, ConstantVariable
 from .dict_views import DictViewVariable
 from .containers import (
-    _ABSENT, DictVariable, ListVariable, SetVariable, TupleVariable, _key_of, key_variable,
+    _ABSENT, DictVariable, ListVariable, SetEntries, SetVariable, TupleVariable, _key_of, key_variable,
+    set_operation,
 )
 
 RULES: dict = {}
@@ -234,6 +235,15 @@ def _set_removal(missing_raises: bool):
     return remove
 
 
+@rule(SetVariable, "pop")
+def _set_pop(tx, s):
+    if s.source is not None or s.frozen:
+        unsupported("mutating a set that came from the function's inputs")
+    if not s.items:
+        raise_in_user_code(KeyError, "pop from an empty set")
+    return s.items.popitem()[1]  # the element CPython's table gives first (SetEntries)
+
+
 rule(SetVariable, "discard")(_set_removal(False))
 rule(SetVariable, "remove")(_set_removal(True))
 
@@ -242,29 +252,14 @@ def _set_items(tx, other):
     return {_key_of(tx, v): v for v in other.iterate(tx)}
 
 
-@rule(SetVariable, "union")
-def _union(tx, s, *others):
-    items = dict(s.items)
-    for other in others:
-        for k, v in _set_items(tx, other).items():
-            items.setdefault(k, v)
-    return SetVariable(items)
+def _set_method(name: str):
+    def rule(tx, s, *others):
+        return set_operation(tx, s, name, list(others))
+    return rule
 
 
-@rule(SetVariable, "intersection")
-def _intersection(tx, s, *others):
-    keys = set(s.items)
-    for other in others:
-        keys &= set(_set_items(tx, other))
-    return SetVariable({k: v for k, v in s.items.items() if k in keys})
-
-
-@rule(SetVariable, "difference")
-def _difference(tx, s, *others):
-    keys = set(s.items)
-    for other in others:
-        keys -= set(_set_items(tx, other))
-    return SetVariable({k: v for k, v in s.items.items() if k in keys})
+for _name in ("union", "intersection", "difference", "symmetric_difference"):
+    rule(SetVariable, _name)(_set_method(_name))
 
 
 @rule(SetVariable, "issubset")
@@ -274,5 +269,5 @@ def _issubset(tx, s, other):
 
 @rule(SetVariable, "copy")
 def _set_copy(tx, s):
-    return SetVariable(s.items)
+    return SetVariable(SetEntries.over(s.items.table.copy(), s.items.__getitem__))  # laid out as set.copy() lays it
 

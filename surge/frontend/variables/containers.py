@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import collections
 import operator
+import types
+
+import torch
 
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
 from .constant import ConstantVariable
-from .hashing import HashedKey, key_for_object
+from .hashing import HashedKey, key_for_object, note_order_read
 
 
 def _key_of(tx, var: Variable):
@@ -304,10 +307,114 @@ class DictVariable(Variable):
         return f"DictVariable({self.items})"
 
 
+class SetEntries(dict):
+    """A set's elements (stand-in key -> variable) in CPython's order: beside them a real
+    set of the same keys, changed by the same insertions and removals in the same order,
+    whose table is laid out as CPython's (the keys hash as the elements do), so iterating
+    it (and ``pop()``) gives the elements in the order CPython's set gives them."""
+
+    def __init__(self, items=()):
+        super().__init__()
+        self.table: set = set()
+        self.update(items)
+
+    @staticmethod
+    def over(table: set, variables) -> "SetEntries":
+        """Entries whose table is ``table`` itself (a real set or frozenset: a set operation's
+        result, an input set, which the trace never changes), laid out as it is (a copy would
+        be laid out anew): ``variables`` gives each key's variable."""
+        entries = SetEntries()
+        dict.update(entries, ((k, variables(k)) for k in table))
+        entries.table = table
+        return entries
+
+    def __setitem__(self, key, value):
+        if key not in self:
+            self.table.add(key)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        super().__delitem__(key)
+        self.table.discard(key)
+
+    def pop(self, key, *default):
+        if key in self:
+            self.table.discard(key)
+        return super().pop(key, *default)
+
+    def popitem(self):
+        note_order_read(list(self.table))
+        key = self.table.pop()  # CPython's set.pop(): the element its table gives first
+        return key, super().pop(key)
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, other=(), **kwargs):
+        pairs = other.items() if isinstance(other, dict) else other
+        for key, value in [*pairs, *kwargs.items()]:
+            self[key] = value
+
+    def clear(self):
+        super().clear()
+        self.table.clear()
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def keys(self):
+        keys = list(self.table)
+        note_order_read(keys)
+        return keys
+
+    def values(self):
+        return [self[k] for k in self.keys()]
+
+    def items(self):
+        return [(k, self[k]) for k in self.keys()]
+
+
+def set_operation(tx, s: "SetVariable", name: str, others: list) -> "SetVariable":
+    """``s.<name>(*others)`` (``union``, ``intersection``, ``difference``, ``symmetric_difference``;
+    the operators call them too) run by Python's own set on the tables of stand-in keys: the
+    result holds the elements CPython's algorithm keeps, from the operand it takes them from,
+    in its order. An operand that is not a set is walked as an iterable, as CPython walks it."""
+    operands, sources = [], [s.items.items()]
+    for other in others:
+        operand, pairs = _keys_of_iterable(tx, other)
+        operands.append(operand)
+        sources.append(pairs)
+    return _over_result(getattr(s.items.table, name)(*operands), sources, s.frozen)
+
+
+def set_from(tx, iterable, frozen: bool) -> "SetVariable":
+    """``set(iterable)`` / ``frozenset(iterable)``, built by Python's own set over the keys (a
+    set or dict operand is presized as CPython presizes it: the order follows)."""
+    operand, pairs = _keys_of_iterable(tx, iterable)
+    return _over_result((frozenset if frozen else set)(operand), [pairs], frozen)
+
+
+def _keys_of_iterable(tx, value) -> tuple:
+    """(what Python's set takes in place of ``value``: a set's table, a dict of its keys, a
+    list of them; the (key, variable) pairs the result's elements come from)."""
+    if isinstance(value, SetVariable):
+        return value.items.table, value.items.items()
+    pairs = [(_key_of(tx, v), v) for v in value.iterate(tx)]
+    keys = [k for k, _ in pairs]
+    return (dict.fromkeys(keys) if isinstance(value, DictVariable) else keys), pairs
+
+
+def _over_result(table, sources: list, frozen: bool) -> "SetVariable":
+    by_identity = {id(k): v for pairs in reversed(sources) for k, v in pairs}
+    return SetVariable(SetEntries.over(table, lambda k: by_identity[id(k)]), frozen=frozen)
+
+
 class SetVariable(Variable):
     def __init__(self, items: dict, source=None, frozen=False):
-        # Python key -> Variable, in insertion order
-        self.items = dict(items)
+        # Python key -> Variable, in the order CPython's set iterates them
+        self.items = items if isinstance(items, SetEntries) else SetEntries(items)
         self.source = source
         self.frozen = frozen
 
@@ -344,6 +451,9 @@ class SetVariable(Variable):
         return all(v.is_constant() for v in self.items.values())
 
     def as_constant(self):
+        if not self.frozen and all(isinstance(v, ConstantVariable) and k is v.value for k, v in self.items.items()):
+            note_order_read(list(self.items.table))
+            return self.items.table  # the very table (its keys are the values): repr shows CPython's order
         return (frozenset if self.frozen else set)(v.as_constant() for v in self.items.values())
 
 
@@ -418,7 +528,12 @@ class IdentityKey:
         self.obj = obj
 
     def __hash__(self):
-        return id(self.obj)
+        # The object's own hash where it is C code (or torch's id()): a set of them is laid
+        # out as CPython's (SetEntries); a value the trace made has none yet.
+        obj = self.obj
+        if isinstance(obj, torch.Tensor) or isinstance(type(obj).__hash__, types.WrapperDescriptorType):
+            return hash(obj)
+        return id(obj)
 
     def __eq__(self, other):
         return isinstance(other, IdentityKey) and other.obj is self.obj

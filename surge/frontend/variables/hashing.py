@@ -22,6 +22,30 @@ from .base import Variable, raise_in_user_code, unsupported
 from .constant import ConstantVariable
 
 
+# How often a trace read an order that depends on this process's hashing (a set of strings
+# iterated, hash() of a string): a capture that did is not kept on disk (another process
+# hashes strings differently, disk_cache.py).
+_PROCESS_ORDER_READS = [0]
+_SEED_FREE = (int, bool, float, complex, type(None))
+
+
+def note_order_read(keys) -> None:
+    """``keys`` (of a set, in its order) were read in order: counted unless that order is the
+    same in every process (numbers only)."""
+    if len(keys) > 1 and not all(_seed_free(k) for k in keys):
+        _PROCESS_ORDER_READS[0] += 1
+
+
+def _seed_free(key) -> bool:
+    if isinstance(key, (tuple, frozenset)):
+        return all(_seed_free(k) for k in key)
+    return type(key) in _SEED_FREE
+
+
+def process_order_reads() -> int:
+    return _PROCESS_ORDER_READS[0]
+
+
 class HashedKey:
     """The stand-in for an object hashed by its class's Python ``__hash__``."""
 
