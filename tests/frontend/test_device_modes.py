@@ -254,3 +254,25 @@ def test_another_mode_next_to_a_device_mode_still_runs_eagerly():
         same(compiled(x), adds(x))
     same(compiled(x), adds(x))
     assert surge.counters["fallbacks"] == 1 and surge.counters["graphs"] == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_as_the_default_device_compiles_to_kernels():
+    def made(x):
+        y = torch.arange(4.0) * x.sum() + torch.ones(4)
+        with torch.device("cpu"):
+            z = torch.zeros(2)
+        return y.sin(), z, torch.get_default_device()
+
+    compiled = surge.compile(made)
+    torch.set_default_device("cuda")
+    for _ in range(2):
+        x = torch.randn(3)
+        out, expected = compiled(x), made(x)
+        assert out[0].device.type == "cuda" and out[1].device.type == "cpu"
+        torch.testing.assert_close(out[0], expected[0])
+        assert out[2] == expected[2]
+    assert surge.counters["fallbacks"] == 0 and surge.counters["kernels"] >= 1
+    torch.set_default_device(None)
+    same(compiled(torch.randn(3))[1], torch.zeros(2))  # a new default device: recompiled
+    assert surge.counters["recompiles"] >= 1
