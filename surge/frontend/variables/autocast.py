@@ -155,12 +155,11 @@ class AutocastContextVariable(Variable):
         return NONE
 
     def getattr(self, tx, name):
-        from .contexts import BoundContextMethod
+        from .contexts import context_method
 
-        if name == "__enter__":
-            return BoundContextMethod(self, "enter")
-        if name == "__exit__":
-            return BoundContextMethod(self, "exit")
+        method = context_method(self, name)
+        if method is not None:
+            return method
         if name in ("device", "fast_dtype"):
             return ConstantVariable(self.state.device_type if name == "device" else self.state.dtype)
         unsupported(f"attribute {name!r} of a torch.autocast object")

@@ -185,7 +185,21 @@ class ListVariable(BaseSequenceVariable):
         return "ListVariable(unread)" if self.is_unread() else f"ListVariable({self.items})"
 
 
-class EntryTable(dict):
+class _WritesThroughSetitem(dict):
+    """A dict whose ``setdefault`` and ``update`` store through its own ``__setitem__``."""
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, other=(), **kwargs):
+        pairs = other.items() if isinstance(other, dict) else other
+        for key, value in [*pairs, *kwargs.items()]:
+            self[key] = value
+
+
+class EntryTable(_WritesThroughSetitem):
     """A dict's entries as CPython's table holds them: a key inserted (not overwritten)
     takes the next position, after every entry already there, and a deleted key's
     position stays empty. An iterator walks these positions, so a key deleted and
@@ -227,16 +241,6 @@ class EntryTable(dict):
         super().clear()
         self.positions.clear()
         self.version += 1
-
-    def setdefault(self, key, default=None):
-        if key not in self:
-            self[key] = default
-        return self[key]
-
-    def update(self, other=(), **kwargs):
-        pairs = other.items() if isinstance(other, dict) else other
-        for key, value in [*pairs, *kwargs.items()]:
-            self[key] = value
 
     def copy(self):
         return EntryTable(self)
@@ -307,7 +311,7 @@ class DictVariable(Variable):
         return f"DictVariable({self.items})"
 
 
-class SetEntries(dict):
+class SetEntries(_WritesThroughSetitem):
     """A set's elements (stand-in key -> variable) in CPython's order: beside them a real
     set of the same keys, changed by the same insertions and removals in the same order,
     whose table is laid out as CPython's (the keys hash as the elements do), so iterating
@@ -346,16 +350,6 @@ class SetEntries(dict):
         note_order_read(list(self.table))
         key = self.table.pop()  # CPython's set.pop(): the element its table gives first
         return key, super().pop(key)
-
-    def setdefault(self, key, default=None):
-        if key not in self:
-            self[key] = default
-        return self[key]
-
-    def update(self, other=(), **kwargs):
-        pairs = other.items() if isinstance(other, dict) else other
-        for key, value in [*pairs, *kwargs.items()]:
-            self[key] = value
 
     def clear(self):
         super().clear()

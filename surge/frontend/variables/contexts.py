@@ -46,11 +46,17 @@ class GradModeContextVariable(Variable):
         return NONE
 
     def getattr(self, tx, name):
-        if name == "__enter__":
-            return BoundContextMethod(self, "enter")
-        if name == "__exit__":
-            return BoundContextMethod(self, "exit")
-        unsupported(f"attribute {name!r} of a grad-mode context")
+        return context_method(self, name) or unsupported(f"attribute {name!r} of a grad-mode context")
+
+
+def context_method(ctx, name: str):
+    """``ctx.__enter__`` / ``ctx.__exit__`` of a context the trace models (its ``enter`` and
+    ``exit``), or None for another name."""
+    if name == "__enter__":
+        return BoundContextMethod(ctx, "enter")
+    if name == "__exit__":
+        return BoundContextMethod(ctx, "exit")
+    return None
 
 
 class BoundContextMethod(Variable):

@@ -128,13 +128,9 @@ class DeviceBlockVariable(Variable):
         return NONE
 
     def getattr(self, tx, name):
-        from .contexts import BoundContextMethod
+        from .contexts import context_method
 
-        if name == "__enter__":
-            return BoundContextMethod(self, "enter")
-        if name == "__exit__":
-            return BoundContextMethod(self, "exit")
-        return ConstantVariable(self.device).getattr(tx, name)
+        return context_method(self, name) or ConstantVariable(self.device).getattr(tx, name)
 
 
 def device_block_method(device: torch.device, name: str):

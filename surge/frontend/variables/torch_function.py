@@ -501,13 +501,9 @@ class DisableTorchFunctionContextVariable(Variable):
         return NONE
 
     def getattr(self, tx, name):
-        from .contexts import BoundContextMethod
+        from .contexts import context_method
 
-        if name == "__enter__":
-            return BoundContextMethod(self, "enter")
-        if name == "__exit__":
-            return BoundContextMethod(self, "exit")
-        unsupported(f"attribute {name!r} of {self.cls.__name__}")
+        return context_method(self, name) or unsupported(f"attribute {name!r} of {self.cls.__name__}")
 
 
 DISABLE_CLASSES = (torch._C.DisableTorchFunctionSubclass, torch._C.DisableTorchFunction)
