@@ -50,6 +50,7 @@ from .variables.functions import (
 from .variables.device_modes import DeviceBlockVariable
 from .variables.exceptions import rebuild_exception, with_chain
 from .variables.exit_stacks import ExitStackVariable
+from .variables.hashing import HashedKey
 from .variables.iterators import ChainIterator, KeyedIterator, ReversedIterator, SequenceIterator
 from .variables.objects import ExceptionVariable, NewObjectVariable
 
@@ -309,7 +310,8 @@ class BreakStateCodegen(ReturnCodegen):
             make = "reversed" if isinstance(value, ReversedIterator) else "iter"
             return f"{at}({make}({self.expr(over)}), {value.index})"
         advance = self.codegen.consts.ref(advanced, "advanced")
-        return f"{advance}(iter({self.expr(over)}.{value.part}()), {value.consumed()})"
+        walked = "" if value.part == "set" else f".{value.part}()"
+        return f"{advance}(iter({self.expr(over)}{walked}), {value.consumed()})"
 
     def tuple_expr(self, values) -> str:
         return "(" + "".join(self.expr(v) + ", " for v in values) + ")"
@@ -400,7 +402,20 @@ def _iterated_container(value):
         return value.seq
     if isinstance(value, KeyedIterator) and value.part != "set" and value.container.owner is None:
         return value.container
+    if isinstance(value, KeyedIterator) and value.part == "set" and _rebuilt_in_order(value.container):
+        return value.container
     return None
+
+
+def _rebuilt_in_order(s: SetVariable) -> bool:
+    """Whether CPython's set, made again at the break (an input's is the very set), walks its
+    elements in the order the trace's did: then an iterator over it, advanced, goes on where
+    the trace's stopped."""
+    if s.source is not None:
+        return True
+    keys = list(s.items.table)
+    return all(not hasattr(k, "variable") or isinstance(k, HashedKey) for k in keys) and \
+        all(a is b for a, b in zip(set(keys), keys))
 
 
 def at_position(iterator, index: int):

@@ -509,3 +509,17 @@ def test_sets_iterate_and_pop_in_cpythons_order():
                 list(s ^ {7, 10}), list(s.union([11, 0])), repr(s))
 
     check(sets, X, 100)
+
+
+def test_a_set_iterator_alive_at_a_break_notices_the_set_grow():
+    def grows(x):
+        s = {1, 2, 3}
+        try:
+            for i in s:
+                surge.graph_break()
+                s.add(i + 10)
+        except RuntimeError as e:
+            return x + 1, str(e), sorted(s)
+        return x, "no error", sorted(s)
+
+    check(grows, X)
