@@ -168,6 +168,15 @@ class ExternBuffer(Buffer):
         return f"{self.describe()} = extern {self.op}({args}{kw})"
 
 
+@dataclasses.dataclass(frozen=True)
+class ExternResult:
+    """The one tensor a lowering rule's extern call returns, given as a layout of size
+    expressions: for a call on other sizes than traced when the sizes are symbolic (a
+    meta run, ``result_meta``'s other form, needs numbers)."""
+    layout: "Layout"
+    dtype: torch.dtype
+
+
 @dataclasses.dataclass(eq=False)
 class TensorArg:
     """A realized buffer viewed with ``layout`` (its own when ``layout`` is None)."""

@@ -22,8 +22,8 @@ from ..options import CompileConfig
 from ..target import Target, default_target
 from . import matmul_padding, ops_index, ops_pointwise, ops_reduction, ops_scatter, ops_view  # noqa: F401  (register rules)
 from .ir import (
-    ComputedBuffer, ExternBuffer, GraphOutput, InputBuffer, Layout, LoopGraph, ScatterBuffer, SizeInput,
-    TensorArg,
+    ComputedBuffer, ExternBuffer, ExternResult, GraphOutput, InputBuffer, Layout, LoopGraph, ScatterBuffer,
+    SizeInput, TensorArg,
 )
 from .pipeline import LOOP_IR
 from .reductions import reduction_kind
@@ -261,7 +261,8 @@ class Lowering:
         that the graph reads; its Python scalars (sizes, which a meta run can only
         derive from shapes) become constants, or size expressions where the sizes are
         symbolic. A rule that calls an op on arguments of
-        other sizes than traced gives the result's meta tensor (``result_meta``).
+        other sizes than traced gives the result's meta tensor (``result_meta``), or its
+        layout (``ExternResult``) where the sizes are symbolic.
         """
         def to_arg(a, traced):
             if isinstance(a, LazyTensor):
@@ -283,6 +284,11 @@ class Lowering:
         args = tuple(to_arg(a, t) for a, t in zip(args, traced_args))
         kwargs = {k: to_arg(v, traced_kwargs.get(k)) for k, v in kwargs.items()}
         loc = self.location()
+        if isinstance(result_meta, ExternResult):
+            buf = ExternBuffer(self.new_name(), result_meta.layout, result_meta.dtype, self.device,
+                               op=target, args=args, kwargs=kwargs, location=loc)
+            self.buffers.append(buf)
+            return LazyTensor.of_buffer(buf.name, buf.layout, buf.dtype, self.device)
         val = result_meta if result_meta is not None else extern_result_meta(
             target, args, kwargs, self.by_name, self.node, self.out_meta, self.sizes)
         # an extern result lives where the op puts it (``torch.rand([])`` on the CPU in a CUDA

@@ -18,12 +18,20 @@ fraction of the aligned rate, in FLOPs and in bytes; copies run at memory
 bandwidth). Measured on an H200 (eager vs padded, copies included): 16x768 @
 768x50257 0.106 vs 0.069 ms, 8192 rows 6.67 vs 0.94 ms, 8192x50257 @ 50257x768
 5.44 vs 1.89 ms; a 512x1000x1000 matmul is faster left alone (0.019 vs 0.043 ms).
+
+With a symbolic row count (a batch times a sequence length, in a graph compiled for
+every length) K and N are still numbers: the operands are padded the same way and the
+decision is taken at the example's rows, with no guard (it changes speed, not results).
+Such a graph's unpadded slice is then copied where it is reshaped (views of symbolic
+sizes are not strided views yet). On an H200, a GPT head left misaligned in a symbolic
+graph took 1.68 ms against 0.23 ms padded in the static one (bench/NOTES.md).
 """
 from __future__ import annotations
 
 import sympy
 import torch
 
+from .ir import ExternResult, Layout
 from .matmul_operands import realize_transposed, strided_view
 from .ops_view import index_less, slice_
 from .registry import NotLowered, register_lowering
@@ -64,22 +72,25 @@ def worth_padding(m: int, k: int, n: int, pad_k: bool, pad_n: bool, itemsize: in
     return misaligned - aligned > 2 * copied * itemsize / COPY_BYTES_PER_S + copies * LAUNCH_S
 
 
-def _padded_operand(ctx, t: LazyTensor, rows: int, cols: int) -> LazyTensor:
+def _padded_operand(ctx, t: LazyTensor, rows, cols: int) -> LazyTensor:
     """``t`` (a matrix) zero-padded to ``rows`` x ``cols``, as a view of a new buffer laid out
     the way ``t`` is (a transposed weight stays transposed, so the copy reads and writes
-    along memory and BLAS reads it as before)."""
-    r, c = (ctx.sizes.static(s) for s in t.shape)   # padded matmuls have static sizes (_plan)
+    along memory and BLAS reads it as before). Only static dimensions are padded: the
+    rows of the left operand may be symbolic (``rows`` is then ``t``'s own)."""
+    r, c = t.shape
+    pad_rows = not ctx.sizes.known_equal(rows, r)
     found = strided_view(t)
     transposed = found is not None and found[1].stride[-2] == 1 and found[1].stride[-1] != 1
 
     def load(idx):
         i, j = idx
-        conds = [cond for cond in (index_less(i, r) if rows > r else None,
-                                   index_less(j, c) if cols > c else None) if cond is not None]
+        conds = [cond for cond in (index_less(i, ctx.sizes.static(r)) if pad_rows else None,
+                                   index_less(j, ctx.sizes.static(c)) if cols != ctx.sizes.static(c) else None)
+                 if cond is not None]
         mask = conds[0] if len(conds) == 1 else Op("logical_and", conds, torch.bool)
         return Masked(mask, t.load([i, j]), 0)
 
-    padded = LazyTensor((sympy.Integer(rows), sympy.Integer(cols)), t.dtype, t.device, loader=load)
+    padded = LazyTensor((ctx.sizes.expr(rows), sympy.Integer(cols)), t.dtype, t.device, loader=load)
     return realize_transposed(ctx, padded) if transposed else ctx.realize(padded)
 
 
@@ -99,13 +110,18 @@ def _plan(ctx, a, b):
         raise NotLowered("not two matrices")
     if a.dtype not in PADDED_DTYPES or b.dtype != a.dtype:
         raise NotLowered("not a 16-bit matmul")
-    (m, k), n = (ctx.sizes.static(s) for s in a.shape), ctx.sizes.static(b.shape[1])
-    if None in (m, k, n):   # unpadded is right for every size; padding would need guards
-        raise NotLowered("symbolic sizes")
+    k, n = ctx.sizes.static(a.shape[1]), ctx.sizes.static(b.shape[1])
+    if None in (k, n):   # unpadded is right for every size; padding these would need guards
+        raise NotLowered("symbolic inner or output size")
+    # The rows (a batch times a sequence length) may be symbolic: they are never padded,
+    # and whether padding pays is a speed choice, taken at the example's rows, no guard.
+    m = ctx.sizes.expr(a.shape[0])
+    rows = ctx.sizes.static(m)
+    rows = ctx.sizes.hint(m) if rows is None else rows
     k_pad, n_pad = (_round_up(k) if k % ALIGN_ELEMENTS else k), (_round_up(n) if n % ALIGN_ELEMENTS else n)
-    if (k_pad, n_pad) == (k, n) or min(m, k, n) == 0:
+    if (k_pad, n_pad) == (k, n) or min(rows, k, n) == 0:
         raise NotLowered("sizes already aligned")
-    if not worth_padding(m, k, n, k_pad != k, n_pad != n, a.dtype.itemsize):
+    if not worth_padding(rows, k, n, k_pad != k, n_pad != n, a.dtype.itemsize):
         raise NotLowered("too small to gain from padding")
     return m, k, n, k_pad, n_pad
 
@@ -114,7 +130,9 @@ def _padded_call(ctx, target, a, b, bias=None, **scalars):
     m, k, n, k_pad, n_pad = _plan(ctx, a, b)
     a_arg = _padded_operand(ctx, a, m, k_pad) if k_pad != k else a
     b_arg = _padded_operand(ctx, b, k_pad, n_pad)
-    result = torch.empty((m, n_pad), dtype=a.dtype, device="meta")
+    rows = ctx.sizes.static(m)
+    result = (torch.empty((rows, n_pad), dtype=a.dtype, device="meta") if rows is not None
+              else ExternResult(Layout.contiguous((m, sympy.Integer(n_pad))), a.dtype))
     if bias is None:
         out = ctx.extern(target, (a_arg, b_arg), {}, result_meta=result)
     else:

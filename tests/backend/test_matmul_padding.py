@@ -167,3 +167,23 @@ def test_a_padded_output_saved_for_the_backward_keeps_its_traced_layout(always_w
     torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(gx, rx, rtol=3e-2, atol=3e-2)
     torch.testing.assert_close(gw, rw, rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"] if DEVICE == "cpu" else ["triton"])
+def test_a_symbolic_row_count_keeps_the_padding(always_worth, monkeypatch, backend):
+    # a language model's head over a varying sequence length: the rows are symbolic, the
+    # vocabulary (N) and width (K) are not, so the aligned matmul still applies
+    plans = []
+    plan = matmul_padding._plan
+    monkeypatch.setattr(matmul_padding, "_plan", lambda *args: plans.append(plan(*args)) or plans[-1])
+    w, b = randn(21, 13, dtype=torch.bfloat16), randn(21, dtype=torch.bfloat16)
+    head = surge.compile(lm_head, backend=backend, options={"pad_matmuls": True})
+    scaled = surge.compile(linear_scaled, backend=backend, options={"pad_matmuls": True})
+    for t in (5, 9, 17):
+        x = randn(2, t, 13, dtype=torch.bfloat16)
+        torch.testing.assert_close(head(x, w), lm_head(x, w), rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(scaled(x, w, b), linear_scaled(x, w, b), rtol=2e-2, atol=2e-2)
+    # a static graph, then one of a symbolic length (automatic dynamic), per function
+    assert surge.counters["graphs"] == 4 and surge.counters["static_fallbacks"] == 0
+    symbolic = [p for p in plans if not isinstance(p[0], int) and not getattr(p[0], "is_Integer", False)]
+    assert len(symbolic) == 2 and all(p[3:] == (16, 24) for p in symbolic)   # K and N padded, rows as they are
