@@ -523,3 +523,42 @@ def test_a_set_iterator_alive_at_a_break_notices_the_set_grow():
         return x, "no error", sorted(s)
 
     check(grows, X)
+
+
+class NeLeft:
+    def __init__(self, log):
+        self.log = log
+
+    def __eq__(self, other):
+        self.log.append("Left.__eq__")
+        return NotImplemented
+
+
+class NeRight(NeLeft):
+    def __eq__(self, other):
+        self.log.append("Right.__eq__")
+        return NotImplemented
+
+    def __ne__(self, other):
+        self.log.append("Right.__ne__")
+        return NotImplemented
+
+
+class NeOther:
+    def __init__(self, log):
+        self.log = log
+
+    def __ne__(self, other):
+        self.log.append("Other.__ne__")
+        return NotImplemented
+
+
+def test_not_equal_tries_object_ne_as_cpython_does():
+    def compares(x):
+        logs = []
+        for left, right in ((NeLeft, NeOther), (NeLeft, NeRight), (NeRight, NeLeft)):
+            log = []
+            logs.append((left(log) != right(log), log))
+        return x + 1, logs, type(reversed(range(1))) is type(iter(range(1)))
+
+    check(compares, X)

@@ -89,9 +89,9 @@ def binary_op(tx, fn, a: Variable, b: Variable) -> Variable:
     found = user_inplace_op(tx, fn, a, b) if inplace_of is not None else user_binary_op(tx, fn, a, b)
     if found is not None:
         return found
-    if fn is operator.eq and (is_user_object(a) or is_user_object(b)):
-        _check_no_c_equality(a, b)  # every Python __eq__ declined (each called once): identity
-        return ConstantVariable(is_same(a, b, tx))
+    if fn in (operator.eq, operator.ne) and (is_user_object(a) or is_user_object(b)):
+        _check_no_c_equality(a, b)  # every Python method declined (each called once): identity
+        return ConstantVariable(is_same(a, b, tx) is (fn is operator.eq))
     if inplace_of is not None and not isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
         # ``n += tensor`` with a Python number: numbers have no in-place form, so
         # Python computes ``n + tensor`` (no graph node may assign to a literal).

@@ -13,6 +13,7 @@ import operator
 import types
 
 from ..variables.base import Variable, raise_in_user_code
+from ..variables.constant import ConstantVariable
 from ..variables.objects import (
     _MISSING, NewObjectVariable, NNModuleVariable, ObjectVariable, call_python_dunder, dunder_lookup,
 )
@@ -92,6 +93,17 @@ def user_binary_op(tx, fn, a: Variable, b: Variable) -> Variable | None:
             if method is _MISSING or method is None:
                 exhausted += 1
                 continue
+            if method is object.__ne__:  # the default: the object's own __eq__, inverted
+                method = dunder_lookup(tx, _class_of(var), "__eq__")
+                if isinstance(method, types.FunctionType):
+                    result = call_python_dunder(tx, var, "__eq__", [other])
+                    if not (result.is_constant() and result.as_constant() is NotImplemented):
+                        return ConstantVariable(not result.truthy(tx))
+                    exhausted += 1
+                    continue
+                if method is object.__eq__:
+                    exhausted += 1  # NotImplemented unless the two are one object (identity, below)
+                    continue
             if not isinstance(method, types.FunctionType):
                 continue  # a C method (a builtin base class): left to the caller's rules
             result = call_python_dunder(tx, var, name, [other])

@@ -574,7 +574,8 @@ def _enumerate(tx, iterable, start=None):
 def _reversed(tx, seq):
     if isinstance(seq, (ListVariable, TupleVariable)) and seq.python_type() in (list, tuple):
         return ReversedIterator(tx, seq)
-    return IteratorVariable(list(reversed(seq.iterate(tx))))
+    kind = type(reversed(seq.as_constant())) if seq.is_constant() else None  # a range's is a range_iterator
+    return IteratorVariable(list(reversed(seq.iterate(tx))), kind=kind)
 
 
 @builtin(sorted)
