@@ -36,7 +36,10 @@ from .codegen import EntryCodegen, generate_diagnosis, generate_entry
 from .dynamic_dims import DynamicDims, DynamicState, accepts_data_dependent_sizes, install_shape_guards
 from .number_tensors import StaticNumbersNeeded, has_numbers, numbers_for_backend
 from .shape_env import DataDependent
-from .global_state import device_modes, device_modes_set_aside, functorch_transform_active, preserved_global_state
+from .global_state import (
+    device_modes, device_modes_set_aside, functorch_transform_active, preserved_global_state,
+    run_with_device_modes_set_aside,
+)
 from .interpreter import Frame
 from .interpreter.frame import StopForBreak
 from .reconstruct import ReturnCodegen, collect_tensor_outputs
@@ -322,6 +325,8 @@ def _compile_graph(tracer: Tracer, fn, outputs: list, backend, skip_empty: bool)
     install_shape_guards(tracer)  # after the backend: tracing the graph may decide on sizes too
     if any(n.target in AUTOCAST_GRAPH_FUNCTIONS for n in gm.graph.nodes):
         compiled = restore_autocast_on_error(compiled)
+    if tracer.device_modes.ambient_depth:
+        compiled = run_with_device_modes_set_aside(compiled, tracer.device_modes.ambient_depth)
     counters["graphs"] += 1
     return gm, compiled
 

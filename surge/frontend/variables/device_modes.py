@@ -40,6 +40,7 @@ class DeviceModes:
 
     def __init__(self, ambient: tuple = ()):
         self.stack = list(ambient)
+        self.ambient_depth = len(ambient)  # the caller's modes (the graph runs with them set aside)
         self.blocks: list = []  # the devices of the blocks entered in the trace, still open
         self.disabled = 0       # inside DisableTorchFunction(): factories get no device
         self.in_handler = 0     # inside a subclass override reached through the modes: none on the stack
