@@ -15,6 +15,7 @@ import torch
 from ..lowering.ir import ExternBuffer, InputBuffer, LoopGraph, TensorArg
 from ..schedule.arena import Arena, extern_operands
 from ..schedule.groups import KernelGroup
+from ..schedule.memory import last_input_reads
 from ..schedule.scheduler import Schedule
 from .common import format_index
 from .extern_callees import CALLEES_PRELUDE, ExternCallees, overload_literal
@@ -194,6 +195,7 @@ class WrapperWriter:
         body.append("args.clear()   # each input lives until its last use (below), not the whole call")
         arena_steps = self.arena.steps if self.arena.slots else (None, None)
         reused = {src for sm in self.schedule.memory.steps for _, src in sm.allocate if src}
+        input_reads = last_input_reads(g, self.schedule.steps)
         for k, (step, sm) in enumerate(zip(self.schedule.steps, self.schedule.memory.steps)):
             if k == arena_steps[0]:
                 body.extend(self.arena_lines())
@@ -207,6 +209,8 @@ class WrapperWriter:
                     body.append(f"{name} = {self.arena_tensor(name, buf.layout)}  # arena")
                 elif src in in_place:   # the same elements, maybe in another shape ([B*T, C] as [B, T, C])
                     body.append(f"{name} = {self.storage_of(src, buf.layout)}  # reuse in place")
+                elif src is not None and input_reads.get(src, -1) > k:   # a later step names the input
+                    body.append(f"{name} = {src}  # reuse")
                 elif src is not None:
                     body.append(f"{name} = {src}; del {src}  # reuse")
                 elif self.arena.slot(name) is not None:

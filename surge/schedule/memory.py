@@ -212,6 +212,21 @@ def _in_place_donor(group: KernelGroup, name: str, candidates: set, by_name: dic
     return None
 
 
+def last_input_reads(graph: LoopGraph, steps: list) -> dict[str, int]:
+    """Graph input -> the position (in ``steps``) of the last step that names it. A buffer
+    allocated over an input's storage (``name = arg0  # reuse``) takes the input's place,
+    but a later step may still name the input itself (an extern copy back into it): the
+    host writers keep the input's name until then."""
+    inputs = {b.name for b in graph.inputs}
+    last: dict[str, int] = {}
+    for position, step in enumerate(steps):
+        bufs = step.nodes if isinstance(step, KernelGroup) else [step.buffer]
+        for b in bufs:
+            for name in read_buffers(b) & inputs:
+                last[name] = position
+    return last
+
+
 def plan_memory(graph: LoopGraph, steps: list, input_stores: dict | None = None,
                 scatter_storage: dict | None = None) -> MemoryPlan:
     """``input_stores``: kernel outputs stored into a mutated input's storage (value name ->

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ...lowering.ir import ExternBuffer
 from ...schedule.arena import extern_operands
+from ...schedule.memory import last_input_reads
 from ...schedule.scheduler import Schedule
 from ..common import format_index
 from ..launches import tables_source
@@ -90,6 +91,7 @@ class HostWriter:
         g = self.schedule.graph
         steps, memory = self.schedule.steps, self.schedule.memory.steps
         reused = {src for sm in memory for _, src in sm.allocate if src}
+        input_reads = last_input_reads(g, steps)
         lines = []
         if g.inputs or g.size_inputs:
             lines.append(f"{', '.join(argument_names(g))}, = args")
@@ -111,7 +113,7 @@ class HostWriter:
                     if line is None:
                         continue
                     lines.append(line)
-                    if src is not None:
+                    if src is not None and input_reads.get(src, -1) < run.stop:   # else a later step names it
                         aliased.append(src)
             if seg is not None:
                 ptrs = ", ".join([self.pointer(b) for b in seg.buffers] + seg.sizes)

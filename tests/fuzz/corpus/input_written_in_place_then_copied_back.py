@@ -1,11 +1,10 @@
 """An input written in place (``t0[0] = ...`` then ``t0.mul_(0.5)``) under the default
 (C++) backend: the host code deletes the input after the segment that last reads it, but
 the final copy-back into it (``aten.copy_(arg0, buf4)``) reads it afterwards
-(UnboundLocalError: arg0). Found by the fuzzer, seed 7, program 59."""
+(UnboundLocalError: arg0): the kernel's result had taken the input's storage under a new
+name, and the host code dropped the input's name although the copy-back still named it.
+Found by the fuzzer, seed 7, program 59."""
 import torch
-
-XFAIL = ("the C++ host code's input lifetimes end at the last kernel read, before the extern copy-back "
-         "into the input")
 
 STATE = {"n": 1, "calls": 0}
 
