@@ -181,7 +181,19 @@ class RecordedGraph:
             pass
 
 
-class CudaGraphed:
+class _RunsAnExecutable:
+    """Called as the Executable it wraps is (boxed or not), and described by it."""
+
+    def __getattr__(self, name):   # the Executable's description (launches, artifact, ...)
+        if name == "executable":   # not set yet (while unpickling)
+            raise AttributeError(name)
+        return getattr(self.executable, name)
+
+    def __call__(self, *args):
+        return self.call_boxed(list(args))
+
+
+class CudaGraphed(_RunsAnExecutable):
     """An Executable run as a CUDA graph: warmup, record, replay (the module docstring)."""
 
     def __init__(self, executable, pool: GraphPool, numbers_fixed: bool = False, site=None):
@@ -197,14 +209,6 @@ class CudaGraphed:
         self.not_recorded: str | None = None    # why it runs in the default mode
         self._announced: set = set()
         self.site = site or fallbacks.current_site()   # the user code it was compiled for
-
-    def __getattr__(self, name):   # the Executable's description (launches, artifact, ...)
-        if name == "executable":   # not set yet (while unpickling)
-            raise AttributeError(name)
-        return getattr(self.executable, name)
-
-    def __call__(self, *args):
-        return self.call_boxed(list(args))
 
     def call_boxed(self, args: list):
         if self.not_recorded is not None:
@@ -394,7 +398,7 @@ class CudaGraphed:
         logs.log("cudagraphs", message)
 
 
-class RecordedPerSize:
+class RecordedPerSize(_RunsAnExecutable):
     """A graph compiled for symbolic sizes, in the mode: one recording holds the launches
     of one size, so calls are keyed by their sizes (every tensor input's shape and the
     number inputs, which are sizes or values of them) and each key is a ``CudaGraphed`` of
@@ -410,14 +414,6 @@ class RecordedPerSize:
         self.pool = pool
         self.per_size: dict[tuple, CudaGraphed] = {}
         self.site = fallbacks.current_site()
-
-    def __getattr__(self, name):   # the Executable's description (launches, artifact, ...)
-        if name == "executable":   # not set yet (while unpickling)
-            raise AttributeError(name)
-        return getattr(self.executable, name)
-
-    def __call__(self, *args):
-        return self.call_boxed(list(args))
 
     def call_boxed(self, args: list):
         key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
