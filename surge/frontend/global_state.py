@@ -108,16 +108,14 @@ def run_with_device_modes_set_aside(compiled, count: int):
     """``compiled`` (a graph captured under ``count`` DeviceContexts, whose factories name
     their devices) run with them off the stack: torch calls the modes' Python handler for
     every op otherwise, which costs the host code more than it does eager code."""
-    pop, push, length = (torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack,
-                         torch._C._len_torch_function_stack)
+    pop, push = torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack
 
     def run(*args):
-        modes = [pop() for _ in range(count)]
+        modes = [pop() for _ in range(count)]   # top first
         try:
             return compiled(*args)
         finally:
-            pushed = [pop() for _ in range(length())]  # (none: a graph pushes no mode)
-            for mode in modes[::-1] + pushed[::-1]:
+            for mode in reversed(modes):   # back in their order (a graph pushes no mode)
                 push(mode)
     return run
 
