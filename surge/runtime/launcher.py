@@ -16,6 +16,8 @@ from ..observe.phases import phase_timer
 from . import autotune, binary_cache, compile_pool
 from .triton_mode import asserting_in_interpreter, interpreting
 
+INT32_MAX = 2**31 - 1
+
 
 def _binary_key(meta: dict, config: dict, args) -> str | None:
     """The binary-cache key of this launch, or None when its binary is not one to store
@@ -320,7 +322,9 @@ def direct_launch(kernel, compiled, grid: tuple, aligned: tuple | None, sizes: t
         current_device = torch._C._cuda_getDevice
     all_aligned = all(aligned)
 
-    def direct(args) -> bool:
+    # a kernel of symbolic sizes passes each call's grid and size arguments: its binary
+    # serves every size (the sizes it could specialize on are not specialized)
+    def direct(args, grid_xyz=grid_xyz, tail=tail) -> bool:
         if not (runtime_knobs.launch_enter_hook is enter and runtime_knobs.launch_exit_hook is leave
                 and not enter_calls and not leave_calls) and not _no_hooks(runtime_knobs):
             return False   # hooks need the launch metadata Triton builds (a profiler's): Triton launches
@@ -342,16 +346,20 @@ def make_symbolic_launcher(kernel, name: str, meta: dict, source: str, cache_dir
     symbols, then xnumel (and rnumel), after the pointers. The grid and the config follow
     each call's numbers: a config is picked once per distinct (xnumel, rnumel), from the
     candidates for those numbers (a tuned choice stored for them, else the default), so a
-    persistent reduction's RBLOCK always covers its row. The first launch with given size
-    arguments goes through Triton (which specializes on integers as on any argument: equal
-    to 1, multiples of 16); later ones with the same sizes launch its binary directly
-    (``direct_launch``, with those sizes bound)."""
+    persistent reduction's RBLOCK always covers its row. The generated kernel does not let
+    Triton specialize on the sizes that vary in kind (``codegen/triton/kernel.py``), so
+    one binary per config (and integer width) serves every size: it is compiled once and
+    launched directly (``direct_launch``) with each call's grid and sizes; a new size costs
+    a config lookup, not a pass through Triton's launcher."""
     interpret = interpreting()
     numels = 2 if meta["reduction"] else 1
     pointers = sum(1 for t in meta["signature"].values() if t.startswith("*"))
     addresses = _addresses(meta)
+    names = getattr(kernel, "arg_names", None) or ()
+    config_names = names[pointers + len(meta["size_hints"]):]
     configs: dict = {}    # (xnumel, rnumel) -> (grid, config)
-    launches: dict = {}   # all size arguments -> (grid, config, direct launch or None)
+    binaries: dict = {}   # (config, which sizes need 64 bits) -> direct launch, or None
+    launches: dict = {}   # all size arguments -> (grid, config, direct launch or None, its grid and tail)
 
     def pick(args, key) -> tuple | None:
         sized = dict(meta, xnumel=key[0], rnumel=key[1] if meta["reduction"] else 1)
@@ -373,61 +381,60 @@ def make_symbolic_launcher(kernel, name: str, meta: dict, source: str, cache_dir
                 logs.log("perf", f"autotuned {name} for sizes {key}: {config}")
         return _grid(sized, config), config
 
-    def first_launch(args, sizes) -> None:
+    def binary(grid, config, sizes):
+        """The direct launch of the binary for ``config``, compiled (or loaded from
+        Triton's cache) the first time: Triton types an integer argument by its value."""
+        key = (tuple(sorted(config.items())), tuple(s > INT32_MAX for s in sizes))
+        if key not in binaries:
+            compile_pool.finish_pending()   # this kernel may be one a worker is compiling
+            dtypes = _pointer_dtypes(meta)
+            compiled = kernel.warmup(*dtypes, *sizes, grid=grid, **config)
+            _load_on_device(compiled)
+            binaries[key] = direct_launch(kernel, compiled, grid, (True,) * len(dtypes), sizes, config, addresses)
+        return binaries[key]
+
+    def sized_launch(args, sizes) -> tuple | None:
+        """What a launch with these sizes needs, made once per distinct sizes (None: the
+        config is to be tuned on this launch's arguments and ``args`` is None)."""
         key = sizes[-numels:]
-        counters["kernel_bindings"] += 1
         found = configs.get(key)
         if found is None:
             if not interpret:
                 compile_pool.finish_pending()
-            found = configs[key] = pick(args, key)
+            found = pick(args, key)
+            if found is None:
+                return None
+            configs[key] = found
         grid, config = found
-        args = _for_triton(args, addresses)
-        compiled = kernel[grid](*args, **config)
-        direct = None if interpret else direct_launch(kernel, compiled, grid, _alignment(args[:pointers]), sizes,
-                                                      config, addresses)
-        launches[sizes] = (grid, config, direct)
+        counters["kernel_bindings"] += 1
+        direct = None if interpret else binary(grid, config, sizes)
+        launches[sizes] = entry = (grid, config, direct, (*grid, 1, 1)[:3],
+                                   (*sizes, *(config[n] for n in config_names)))
+        return entry
 
     def bind() -> bool:
         """``make_launcher``'s ``bind`` for the sizes of the example inputs (``size_hints``):
-        a first launch at those sizes only runs; other sizes bind at their first launch."""
+        the binary every size launches is ready before the first call."""
         sizes = tuple(meta["size_hints"])
-        if sizes in launches:
-            return True
-        key = sizes[-numels:]
-        if not interpret:
-            compile_pool.finish_pending()
-        found = configs.get(key) or pick(None, key)
-        if found is None:
-            return False
-        counters["kernel_bindings"] += 1
-        grid, config = configs[key] = found
-        direct = None
-        if not interpret:
-            dtypes = _pointer_dtypes(meta)
-            compiled = kernel.warmup(*dtypes, *sizes, grid=grid, **config)
-            _load_on_device(compiled)
-            direct = direct_launch(kernel, compiled, grid, (True,) * len(dtypes), sizes, config, addresses)
-        launches[sizes] = (grid, config, direct)
-        return True
+        return sizes in launches or sized_launch(None, sizes) is not None
 
     def launch(*args):
         sizes = args[pointers:]
-        found = launches.get(sizes)
-        if found is None:
-            return first_launch(args, sizes)
-        grid, config, direct = found
+        found = launches.get(sizes) or sized_launch(args, sizes)
+        grid, config, direct, grid_xyz, tail = found
         if direct is not None:
             try:
-                if direct(args[:pointers]):
+                if direct(args[:pointers], grid_xyz, tail):
                     return
-            except (TypeError, ValueError) as error:   # the binary's launcher refused our arguments
-                launches[sizes] = (grid, config, None)
+            except (TypeError, ValueError, OverflowError) as error:   # the binary's launcher refused our arguments
+                launches[sizes] = (grid, config, None, grid_xyz, tail)
                 logs.log("perf", f"direct launch of {name} refused ({error}); launching through Triton")
         kernel[grid](*_for_triton(args, addresses), **config)
 
     launch.configs = []
     launch.bind = bind
+    launch.binaries = binaries
+    launch.launches = launches
     launch.state = configs
     launch.kernel = kernel
     launch.meta = meta

@@ -123,3 +123,50 @@ def test_tritons_own_launch_gets_each_address_as_a_pointer_of_its_dtype():
     given = _for_triton((tensor, 4096, 7), {1: torch.bfloat16})
     assert given[0] is tensor and given[2] == 7
     assert given[1].data_ptr() == 4096 and given[1].dtype is torch.bfloat16
+
+
+
+class SymbolicKernel:
+    """A stand-in of a symbolic kernel's JITFunction: ``warmup`` returns a binary (kept); a
+    launch through Triton's own path would fail the test."""
+
+    arg_names = ["in_ptr0", "out_ptr0", "s0", "xnumel", "XBLOCK"]
+    used_global_vals: dict = {}
+
+    def __init__(self):
+        self.binaries = []   # (warmup's size arguments, config, the binary returned)
+
+    def warmup(self, *args, grid, **config):
+        compiled = compiled_with(launcher_36())
+        self.binaries.append((args[2:], config, compiled))
+        return compiled
+
+    def __getitem__(self, grid):
+        raise AssertionError("a symbolic kernel's launch went through Triton's launcher")
+
+
+def test_one_binary_of_a_symbolic_kernel_serves_every_size(gpu_driver, monkeypatch, tmp_path):
+    """A kernel of symbolic sizes is not specialized on them (``do_not_specialize``), so the
+    binary of a config launches at every size with that size's grid and numbers; a size
+    past 32 bits (which Triton types i64) compiles a binary of its own."""
+    from surge.runtime import compile_pool, launcher
+
+    monkeypatch.setattr(launcher, "interpreting", lambda: False)
+    monkeypatch.setattr(compile_pool, "finish_pending", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *device: "a GPU")   # tuning choices are looked up by it
+    kernel = SymbolicKernel()
+    meta = dict(symbolic=True, size_hints=[16, 16 * 64], reduction=False, persistent=False,
+                signature={"in_ptr0": "*fp32", "out_ptr0": "*fp32"}, xnumel="64*s0", rnumel=1)
+    launch = launcher.make_symbolic_launcher(kernel, "k", meta, "source", str(tmp_path))
+    assert launch.bind() and len(kernel.binaries) == 1
+    args, lengths = arguments(), (16, 17, 33, 17)
+    for s0 in lengths:
+        launch(*args, s0, 64 * s0)
+    ((hints, config, compiled),) = kernel.binaries   # one config serves these sizes
+    assert hints == (16, 1024)
+    calls = compiled.run.launch.calls
+    assert [c[-3:] for c in calls] == [(s0, 64 * s0, config["XBLOCK"]) for s0 in lengths]
+    assert [c[0] for c in calls] == [-(-64 * s0 // config["XBLOCK"]) for s0 in lengths]
+    assert [c[-5:-3] for c in calls] == [(args[0].data_ptr(), args[1].data_ptr())] * len(lengths)
+    launch(*args, 2**31, 2**31 * 64)
+    assert len(kernel.binaries) == 2 and kernel.binaries[1][0] == (2**31, 2**37)

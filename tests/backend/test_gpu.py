@@ -128,6 +128,27 @@ def test_after_warmup_every_kernel_launches_its_binary_directly():
     assert counters["kernel_bindings"] == bound
 
 
+def test_a_symbolic_kernel_launches_one_binary_at_every_size(tmp_path):
+    """A kernel of symbolic sizes compiles one binary per config, launched directly at every
+    size: a new size (multiple of 16 or not) passes through Triton's launcher not once."""
+    from surge.backends.triton import compile_aten_graph
+    from surge.options import Options
+
+    from .test_symbolic_sizes import symbolic_graph
+
+    fn = lambda x: (x.softmax(-1) * 2).sum(-1)  # noqa: E731
+    gm, examples = symbolic_graph(fn, [_rand(48, 100)], {0: (0,)})
+    exe = compile_aten_graph(gm, examples, Options(cache_dir=str(tmp_path), graph_cache=False,
+                                                   raise_internal_errors=True)).warmup()
+    (launch,) = exe.launchers.values()
+    assert launch.meta.get("symbolic")
+    for rows in (48, 17, 64, 999, 33):
+        x = _rand(rows, 100)
+        torch.testing.assert_close(exe(x), fn(x), atol=1e-4, rtol=1e-4)
+    assert len(launch.binaries) <= 2 and all(b is not None for b in launch.binaries.values())
+    assert all(direct is not None for _, _, direct, _, _ in launch.launches.values())
+
+
 WARM_PROGRAM = """
 import json, os, torch, surge
 from surge.counters import counters

@@ -198,6 +198,8 @@ def test_kernels_take_sizes_as_arguments():
     (meta,) = compiled.module.KERNELS.values()
     assert meta["symbolic"] and meta["xnumel"] == "s0" and meta["rnumel"] == "s1"
     assert "s1, xnumel, rnumel" in compiled.source   # a size parameter of the kernel
+    # no size here is a multiple of 16 for every size: Triton specializes on none (one binary)
+    assert "@triton.jit(do_not_specialize=['s1', 'xnumel', 'rnumel'])" in compiled.source
     assert "(s0, s1, )" in compiled.source           # the output's shape at run time
     launcher = next(iter(compiled.launchers.values()))
     run_at_sizes(fn, compiled, make_inputs, SIZES)
@@ -210,6 +212,18 @@ def test_kernels_take_sizes_as_arguments():
     (meta,) = static.module.KERNELS.values()
     assert "symbolic" not in meta and meta["xnumel"] == 6 and meta["rnumel"] == 5
     assert "s0" not in static.source
+
+
+def test_sizes_that_are_multiples_of_16_for_every_size_stay_specialized():
+    """``32 * s0`` elements are a multiple of 16 at every size: Triton may keep specializing
+    on it (its masks stay vectorizable) since every call gives the same specialization."""
+    x = torch.randn(6, 32)
+    gm, examples = symbolic_graph(lambda v: (v * 2).relu(), [x], {0: (0,)})
+    compiled = _compile("triton", gm, examples)
+    (meta,) = compiled.module.KERNELS.values()
+    assert meta["symbolic"] and meta["xnumel"] == "32*s0"
+    assert "do_not_specialize" not in compiled.source and "@triton.jit\n" in compiled.source
+    run_at_sizes(lambda v: (v * 2).relu(), compiled, lambda n: (torch.randn(n, 32),), [(3,), (17,)])
 
 
 @pytest.mark.parametrize("target", ["triton", "cpp"])

@@ -529,6 +529,17 @@ class TritonKernelWriter:
                 self.store(top, m)
         return self.finish(top)
 
+    def _unspecialized(self, read: list, sizes: list) -> list:
+        """The size arguments Triton must not specialize on: Triton specializes an integer
+        on being 1 or a multiple of 16 by its value at the launch, so a symbolic size whose
+        value decides that per call would compile one binary per kind of size. A size that
+        is a multiple of 16 for every size (``3072 * s0``) keeps the specialization: its
+        value always gives the same one, and the masks it bounds stay vectorizable."""
+        if not self.symbolic:
+            return []
+        exprs = list(read) + [self.xnumel] + ([self.rnumel] if self.reduction else [])
+        return [name for name, e in zip(sizes, exprs) if not self.sizes.known_divisible(e, 16)]
+
     def loop(self, outer: Scope) -> Scope:
         inner = Scope(parent=outer)
         self.r_setup(inner, "roffset + ")
@@ -548,8 +559,7 @@ class TritonKernelWriter:
         int_sig = "i64" if self.index_bits == 64 else "i32"
         all_params = list(self.params) + [(s, None, int_sig) for s in sizes]
         head = f"def {self.name}({', '.join(params + sizes + consts)}):"
-        # device asserts run only in kernels compiled with debug=True
-        lines = ["@triton.jit(debug=True)" if self.index_checks else "@triton.jit", head]
+        lines = [_decorator(self.index_checks, self._unspecialized(read, sizes)), head]
         lines += ["    " + line for line in top.lines]
         source = "\n".join(lines) + "\n"
         numels = [self.xnumel] + ([self.rnumel] if self.reduction else [])
@@ -563,6 +573,15 @@ class TritonKernelWriter:
         return KernelSource(self.name, source, functions_called(source), all_params,
                             self.reduction, self.persistent, xnumel, rnumel, self.index_bits,
                             self.costly_ops, self.column, size_args, hints, self.index_checks)
+
+
+def _decorator(index_checks: bool, unspecialized: list) -> str:
+    options = []
+    if index_checks:   # device asserts run only in kernels compiled with debug=True
+        options.append("debug=True")
+    if unspecialized:
+        options.append(f"do_not_specialize={unspecialized!r}")
+    return f"@triton.jit({', '.join(options)})" if options else "@triton.jit"
 
 
 def _constant_of(v):
