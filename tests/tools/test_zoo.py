@@ -83,3 +83,17 @@ def test_autocast_training_runs_forward_and_loss_under_autocast():
     assert seen == [torch.bfloat16] and all(g.dtype == torch.float32 for g in grads)
     reference = bench.float32_reference(instance, instance.make_inputs(0))
     assert seen[-1] == torch.float32 and reference[0].dtype == torch.float32   # judged without autocast
+
+
+def test_judge_leaves_out_noise_on_a_near_zero_gradient_but_not_a_wrong_one():
+    import torch
+    from surge.tools.zoo_capture import judged
+
+    big = torch.ones(100)
+    tiny_ref = torch.full((8,), 1e-9)
+    noisy = torch.full((8,), 1e-7)   # 100x off relatively, 1e-6 of the result's scale absolutely
+    kept = judged([big, noisy], [big, tiny_ref * 1.5], [big, tiny_ref])
+    assert len(kept[0]) == 1
+    wrong = torch.full((8,), 1.0)    # off by the result's scale: still judged
+    kept = judged([big, wrong], [big, tiny_ref * 1.5], [big, tiny_ref])
+    assert len(kept[0]) == 2
