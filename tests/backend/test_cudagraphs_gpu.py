@@ -179,24 +179,25 @@ def test_a_cpu_tensor_among_the_inputs_is_not_recorded(capfd, monkeypatch):
     assert "not recorded" in capfd.readouterr().err
 
 
-@pytest.mark.xfail(reason="measured on the H200 at the quick mlp_train size: 136 MB of peak for surge's recordings "
-                          "against 3 KB for torch.compile's step in the same mode (which likely did not record "
-                          "there); surge's fixed per-capture allocations (cuBLAS workspaces of the capture "
-                          "stream, one per recording) are not yet shared", strict=False)
-def test_training_pool_memory_is_no_more_than_torch_compiles_in_the_same_mode():
-    # Recording on a side stream costs memory of its own that the default mode never
-    # allocates (cuBLAS keeps a workspace per stream it runs on), so the peer is
-    # torch.compile recording the same step, not surge's default mode.
+def test_training_pool_memory_is_the_default_modes_and_no_more_than_torch_compiles(monkeypatch):
+    # Each contender starts without cuBLAS workspaces (32 MB per handle and stream, kept
+    # for the process by whoever ran a matmul first) and as a fresh process's first
+    # recording: else the one measured second finds them made and looks free.
     import gc
 
+    from surge.backends import cudagraph_recorder
+
     instance = workloads.build("mlp_train", "cuda", "quick")
-    compilers = {"surge": lambda t: surge.compile(t, mode="reduce-overhead"),
-                 "torch.compile": lambda t: torch.compile(t, mode="reduce-overhead")}
+    compilers = {"surge reduce-overhead": lambda t: surge.compile(t, mode="reduce-overhead"),
+                 "surge default": lambda t: surge.compile(t),
+                 "torch.compile reduce-overhead": lambda t: torch.compile(t, mode="reduce-overhead")}
     peaks = {}
     for name, make in compilers.items():
         surge.reset()
         torch.compiler.reset()
         gc.collect()
+        monkeypatch.setattr(cudagraph_recorder, "_workspaces_freed", False)
+        torch._C._cuda_clearCublasWorkspaces()
         torch.cuda.empty_cache()
         target = instance.fresh_target()
         inputs = [instance.make_inputs(seed) for seed in range(5)]
@@ -209,5 +210,6 @@ def test_training_pool_memory_is_no_more_than_torch_compiles_in_the_same_mode():
         torch.cuda.synchronize()
         peaks[name] = torch.cuda.max_memory_allocated() - base
         del compiled, target
-    print(f"peak memory of five training steps in reduce-overhead: {peaks}")
-    assert peaks["surge"] <= 1.1 * peaks["torch.compile"] + (1 << 20), peaks
+    print(f"peak memory of five training steps: {peaks}")
+    assert peaks["surge reduce-overhead"] <= 1.2 * peaks["surge default"] + (1 << 20), peaks
+    assert peaks["surge reduce-overhead"] <= 1.1 * peaks["torch.compile reduce-overhead"] + (1 << 20), peaks
