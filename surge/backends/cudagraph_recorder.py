@@ -52,7 +52,6 @@ class CudaRecorder:
             current = torch.cuda.current_stream(device)
             # the side stream sees what the current stream wrote (static inputs, warmup)
             stream.wait_stream(current)
-            _free_warmup_workspaces()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.stream(stream):
                 # thread_local: another thread's unrelated CUDA calls do not break the capture
@@ -81,30 +80,6 @@ class CudaRecorder:
                 torch._C._set_storage_access_error_msg(tensor, message)
         except RuntimeError:   # an output sharing its storage with one invalidated already
             pass
-
-
-_workspaces_freed = False
-
-
-def _free_warmup_workspaces() -> None:
-    """Free cuBLAS's workspaces once, before the process's first capture.
-
-    cuBLAS keeps a workspace (32 MB on the H200, per handle and stream: the autograd thread
-    has a handle of its own) allocated by the first matmul it runs on a stream. The warmup
-    runs on the current stream and the capture on the side stream, so a recorded training
-    step held four (136 MB at a small MLP against the default mode's 65 MB). Freed here,
-    the capture allocates the side stream's in the pool and eager calls make theirs again
-    only if they run. Only before the first capture: later a workspace lives in a pool
-    whose recordings use it on every replay, and freeing it would hand that memory to the
-    pool's next allocation."""
-    global _workspaces_freed
-    if _workspaces_freed:
-        return
-    _workspaces_freed = True
-    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
-    if clear is not None:
-        torch.cuda.current_stream().synchronize()   # the warmup's matmuls are done with them
-        clear()
 
 
 def _end_failed_capture(graph) -> None:
