@@ -45,7 +45,7 @@ from .tensor import TensorVariable
 from .tensor_subclasses import plain_alias
 from .torch_function import overrides_torch_function
 from ..dynamic_dims import tensor_guard
-from .torch_fns import TORCH_FUNCTION_RULES, TorchFunctionVariable
+from .torch_fns import TorchFunctionVariable, has_torch_rule
 
 _CALLABLE_TYPES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodDescriptorType,
                    types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType)
@@ -291,7 +291,7 @@ def _wrap_callable_or_object(tx, value, source):
         # A function compiled on its own, called from compiled code: inline its original.
         return wrap_value(tx, original, None)
     if isinstance(value, types.FunctionType):
-        if value in TORCH_FUNCTION_RULES or (
+        if has_torch_rule(value) or (
                 getattr(value, "__code__", None) is not None and _is_torch_op_function(value)):
             return TorchFunctionVariable(value, source)
         return UserFunctionVariable(value, source)

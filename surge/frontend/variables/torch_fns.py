@@ -7,6 +7,8 @@ values.
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from ...registry import rule_registrar
@@ -114,11 +116,24 @@ def _is_compiling(tx, fn, args, kwargs):
     return ConstantVariable(True)
 
 
-@torch_rule(torch.compiler.is_exporting, torch.fx._symbolic_trace.is_fx_tracing, torch.onnx.is_in_onnx_export)
+@torch_rule(torch.compiler.is_exporting, torch.fx._symbolic_trace.is_fx_tracing)
 def _is_exporting(tx, fn, args, kwargs):
     # Capture is neither torch.fx's symbolic tracing nor an ONNX export (the graph never
     # reruns the probe: the answer is fixed for the code being compiled).
     return ConstantVariable(False)
+
+
+def has_torch_rule(fn) -> bool:
+    """Whether ``fn`` has a rule here. ``torch.onnx.is_in_onnx_export``'s rule is added when
+    captured code first reaches it: naming it at import would import torch.onnx (~50 ms
+    on every compile's path); code that calls it has imported torch.onnx already."""
+    if fn in TORCH_FUNCTION_RULES:
+        return True
+    onnx = sys.modules.get("torch.onnx")
+    if onnx is not None and fn is getattr(onnx, "is_in_onnx_export", None):
+        TORCH_FUNCTION_RULES[fn] = _is_exporting
+        return True
+    return False
 
 
 @torch_rule(torch.is_grad_enabled)
