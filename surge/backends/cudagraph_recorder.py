@@ -10,7 +10,10 @@ outputs; a recorder only does the device part. It has:
   whose ``outputs`` are what ``fn`` returned (tensors in the pool) and whose ``replay()``
   runs the work again on the same memory (``args``' memory, read where it was);
 - ``invalidate(tensor, message)``: make every later read of ``tensor``'s storage raise
-  ``message`` (an output a later replay overwrote).
+  ``message`` (an output a later replay overwrote);
+- ``workspaces_released()``: a context that frees, on entry and on exit, the scratch
+  memory libraries keep per handle and stream (cuBLAS's workspaces), so that a warmup or
+  a recording keeps none of its own.
 
 ``CudaRecorder`` is torch's CUDA graph API. It touches ``torch.cuda`` only when
 recording, so CPU machines never import or initialize it; tests drive the same
@@ -18,6 +21,7 @@ decisions with a recorder that replays on the CPU (``tests/backend/cudagraph_fak
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
 from typing import Callable
@@ -80,6 +84,22 @@ class CudaRecorder:
                 torch._C._set_storage_access_error_msg(tensor, message)
         except RuntimeError:   # an output sharing its storage with one invalidated already
             pass
+
+
+    @contextlib.contextmanager
+    def workspaces_released(self):
+        """cuBLAS's workspaces freed before and after the block (32 MB per handle and stream, kept for the process's
+        life). The warmup makes them on the current stream (one per thread: the autograd
+        thread has a handle of its own) and a capture its own on the side stream, in the
+        pool: kept, they would double the mode's memory. Freeing a workspace a recording
+        captured is safe: its memory returns to that recording's pool, where only later
+        recordings of the pool can take it, and a replay already counts as overwriting
+        the outputs of every later recording (``GraphPool.overwritten_by``)."""
+        torch._C._cuda_clearCublasWorkspaces()
+        try:
+            yield
+        finally:
+            torch._C._cuda_clearCublasWorkspaces()
 
 
 def _end_failed_capture(graph) -> None:

@@ -216,10 +216,7 @@ class CudaGraphed(_RunsAnExecutable):
         recorded = self.recorded
         if recorded is None:
             if not self.warmed:
-                self.warmed = True
-                self.executable.warmup()
-                self.first_inputs = [(_weak(a), _pointer(a)) for a in args]
-                return self.executable.call_boxed(args)
+                return self._warm_up(args)
             return self._record(args, moved=False)
         if not _in_place_inputs_match(recorded, args):
             recorded = next((r for r in self.variants if _in_place_inputs_match(r, args)), None)
@@ -233,6 +230,13 @@ class CudaGraphed(_RunsAnExecutable):
                                               "it (a forward called again before the first one's backward): "
                                               "this call runs without its graph so as not to overwrite them")
         return self._replay(recorded, args, overwritten)
+
+    def _warm_up(self, args: list):
+        self.warmed = True
+        self.executable.warmup()
+        self.first_inputs = [(_weak(a), _pointer(a)) for a in args]
+        with self.pool.recorder.workspaces_released():   # the warmup's own are not kept
+            return self.executable.call_boxed(args)
 
     def _inputs_moved(self, args: list):
         """No recording reads these inputs where they are. Parameters elsewhere (another
@@ -291,7 +295,8 @@ class CudaGraphed(_RunsAnExecutable):
                 return self.executable.call_boxed(call_args)
 
         try:
-            recording = pool.recorder.record(watched, static_args, pool.handle, device)
+            with pool.recorder.workspaces_released():   # the capture makes its own, in the pool
+                recording = pool.recorder.record(watched, static_args, pool.handle, device)
         except Exception as error:
             return self._give_up(args, f"recording failed: {type(error).__name__}: {error}")
         outputs = recording.outputs

@@ -8,6 +8,7 @@ the same output tensors, and ``invalidate`` marks a tensor (``stale_message``).
 """
 from __future__ import annotations
 
+import contextlib
 import types
 
 import weakref
@@ -46,6 +47,17 @@ class FakeRecorder:
     def __init__(self):
         self.pools: list[FakePool] = []
         self.replays = 0
+        self.released: list[str] = []   # "warmup" / "record": the work run with workspaces freed around it
+        self._releasing = None
+
+    @contextlib.contextmanager
+    def workspaces_released(self):
+        self._releasing = "warmup"
+        try:
+            yield
+        finally:
+            self.released.append(self._releasing)
+            self._releasing = None
 
     def new_pool(self):
         pool = FakePool(len(self.pools))
@@ -57,6 +69,8 @@ class FakeRecorder:
             # torch's caching allocator frees a pool once every graph in it is released, and
             # an assertion refuses a new capture into it
             raise RuntimeError("it->second->use_count > 0 INTERNAL ASSERT FAILED (a capture into a released pool)")
+        if self._releasing is not None:
+            self._releasing = "record"
         copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
         copy_storages = {c.untyped_storage().data_ptr(): k for k, c in enumerate(copies)
                          if isinstance(c, torch.Tensor)}

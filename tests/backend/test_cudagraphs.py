@@ -106,6 +106,8 @@ def test_training_records_forward_and_backward_in_one_pool_and_grads_stay_out_of
     in_pool = pool.static_storages()
     assert all(p.grad.untyped_storage().data_ptr() not in in_pool for p in model.parameters())
     assert surge.counters["cudagraphs_replayed"] == 6      # calls 2-4 x (forward, backward)
+    # cuBLAS's workspaces are freed around each warmup and recording, none kept of their own
+    assert pool.recorder.released == ["warmup", "warmup", "record", "record"]
 
 
 def test_a_forward_while_an_earlier_backward_is_pending_runs_without_the_graph():
