@@ -180,11 +180,6 @@ def test_a_cpu_tensor_among_the_inputs_is_not_recorded(capfd, monkeypatch):
     assert "not recorded" in capfd.readouterr().err
 
 
-@pytest.mark.xfail(reason="measured on the H200 at the quick mlp_train size, each contender from no cuBLAS "
-                          "workspaces: surge reduce-overhead 136 MB, surge default 68 MB, torch.compile "
-                          "reduce-overhead 98 MB: the recording's workspaces (per cuBLAS handle and stream) come on "
-                          "top of the warmup's; freeing torch's cuBLAS workspaces before the first capture did not "
-                          "lower it", strict=False)
 def test_training_pool_memory_is_the_default_modes_and_no_more_than_torch_compiles():
     # Each contender starts without cuBLAS workspaces (32 MB per handle and stream, kept
     # for the process by whoever ran a matmul first): else the one measured second finds
