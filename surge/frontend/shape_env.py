@@ -73,6 +73,12 @@ class ShapeEnv:
         self._symints: dict[Symbol, object] = {}
         # Memo of simplify and static_value, emptied when a fact is recorded.
         self._simplified: dict = {}
+        # Memo of rel_hint by the relation's identity (the value holds the relation): hints
+        # never change, and a capture compares the same sizes thousands of times.
+        self._rel_hints: dict = {}
+        # The node of each number a SymInt meets (``wrap_int`` runs for every int operand of
+        # every size computation), keyed with its type: 1, 1.0 and True are three.
+        self._const_nodes: dict = {}
         self._oblivious = 0
         # () -> (file, line) of the user's code being traced: named where a decision on a
         # symbol comes without a location of its own (a torch kernel asks for a number)
@@ -146,7 +152,8 @@ class ShapeEnv:
     def data_dependent(self, expr) -> list:
         """The data-dependent symbols ``expr`` (an Expr or a Rel) involves."""
         expr = expr.expr if isinstance(expr, Rel) else expr
-        return [s for s in expr.symbols() if s in self.symbols and self.is_unbacked(s)]
+        symbols = self.symbols
+        return [s for s in expr.symbols() if s in symbols and symbols[s].data_dependent]
 
     def refuse_data_dependent(self, rel_or_expr, why: str):
         symbols = self.data_dependent(rel_or_expr)
@@ -218,6 +225,18 @@ class ShapeEnv:
 
     def hint_value(self, expr: Expr):
         return expr.evaluate(self.hint)
+
+    def rel_hint(self, rel: Rel):
+        """The truth of ``rel`` for the hints; None when it involves a data-dependent value."""
+        found = self._rel_hints.get(id(rel))
+        if found is not None:
+            return found[0]
+        if self.data_dependent(rel):
+            value = None
+        else:
+            value = rel.evaluate(self.hint) if rel.symbols() else rel.evaluate(lambda s: 0)
+        self._rel_hints[id(rel)] = (value, rel)
+        return value
 
     def cost_hint(self, expr: Expr):
         """A value of ``expr`` to price work and memory by (never a decision): the hints, a
@@ -449,9 +468,17 @@ class SizeNode:
 
     # ---- constants ------------------------------------------------------------
     def _const(self, value):
+        key = (type(value), value)
+        found = self.env._const_nodes.get(key)
+        if found is not None:
+            return found
         if isinstance(value, bool):
-            return SizeNode(self.env, BoolConst(value), bool, value)
-        return SizeNode(self.env, Expr.const(value), type(value), value)
+            node = SizeNode(self.env, BoolConst(value), bool, value)
+        else:
+            node = SizeNode(self.env, Expr.const(value), type(value), value)
+        if value == value:   # not NaN: a NaN key never matches itself
+            self.env._const_nodes[key] = node
+        return node
 
     wrap_int = _const
     wrap_float = _const
@@ -597,11 +624,7 @@ class SizeNode:
     # ---- comparisons --------------------------------------------------------------
     def _compare(self, other, op):
         rel = Rel.compare(op, self.expr, expr_of(other))
-        if self.env.data_dependent(rel):
-            hint = None
-        else:
-            hint = rel.evaluate(self.env.hint) if rel.symbols() else rel.evaluate(lambda s: 0)
-        return SizeNode(self.env, rel, bool, hint)
+        return SizeNode(self.env, rel, bool, self.env.rel_hint(rel))
 
     def eq(self, o):
         return self._compare(o, "==")
@@ -649,6 +672,11 @@ class SizeNode:
     # ---- turning symbolic values into Python values (guards) ---------------------
     def guard_bool(self, file="", line=0):
         expr = self.expr if self.pytype is bool else Rel("!=", self.expr)  # bool(n): n != 0
+        # Most conditions meta kernels ask are decided statically: the text saying why a
+        # guard is needed is only made for the others.
+        known = static_bool(self.env, expr)
+        if known is not None:
+            return known
         return guard_bool_expr(self.env, expr, f"a condition on sizes{_where(file, line)}")
 
     bool_ = guard_bool

@@ -67,11 +67,36 @@ _FN_EVAL = {"floordiv": operator.floordiv, "mod": operator.mod, "truediv": opera
             "max": max, "min": min, **{name: getattr(math, name) for name in UNARY_FUNCTIONS}}
 
 
+# Memo of arithmetic on expressions. A result is a pure function of its operands (no
+# shape environment, no facts), and a capture asks the same few hundred sums, products
+# and comparisons tens of thousands of times: torch's meta kernels recompute broadcasting,
+# contiguity and view shapes per op. Keyed by the operation's name and the operands'
+# identity, not equality: ``Expr`` equality ignores the coefficients' types
+# (``s0 + 1 == s0 + 1.0``), which a result keeps. Each entry holds its operands, so their
+# ids are not reused while it lives; results are the same objects every time, so identity
+# keys keep hitting downstream. Interned constants (keyed with their type: 1, 1.0 and True
+# are three) and symbol atoms are the roots those expressions grow from.
+_MEMO: dict = {}
+_CONSTS: dict = {}
+_ATOMS: dict = {}
+_MEMO_LIMIT = 20_000   # about 1,300 for a 2-layer GPT
+
+
+def _remember(key, value, *operands):
+    if len(_MEMO) >= _MEMO_LIMIT:   # emptied when full: results stay valid, only sharing ends
+        _MEMO.clear()
+        _CONSTS.clear()
+        _ATOMS.clear()
+    _MEMO[key] = (value, operands)
+    return value
+
+
 class Expr:
     """A polynomial in atoms: ``terms`` is a sorted tuple of (monomial, coefficient),
-    a monomial a sorted tuple of (atom, power); the constant term's monomial is ``()``."""
+    a monomial a sorted tuple of (atom, power); the constant term's monomial is ``()``.
+    Immutable: built once, in normal form; the memoized queries below rely on that."""
 
-    __slots__ = ("terms", "_hash", "_atoms")
+    __slots__ = ("terms", "_hash", "_atoms", "_symbols")
 
     def __init__(self, terms):
         merged: dict = {}
@@ -83,15 +108,27 @@ class Expr:
         self.terms = tuple(items)
         self._hash = hash(self.terms)
         self._atoms = None
+        self._symbols = None
 
     # ---- construction ------------------------------------------------------
     @staticmethod
     def const(value) -> "Expr":
-        return Expr([((), value)])
+        key = (type(value), value)
+        found = _CONSTS.get(key)
+        if found is None:
+            found = Expr([((), value)])
+            if value == value:   # not NaN: a NaN key never matches itself
+                _CONSTS[key] = found
+        return found
 
     @staticmethod
     def atom(atom) -> "Expr":
-        return Expr([(((atom, 1),), 1)])
+        if not isinstance(atom, Symbol):   # a function atom's equality is its arguments' (types ignored)
+            return Expr([(((atom, 1),), 1)])
+        found = _ATOMS.get(atom)
+        if found is None:
+            found = _ATOMS[atom] = Expr([(((atom, 1),), 1)])
+        return found
 
     @staticmethod
     def of(value) -> "Expr":
@@ -126,8 +163,10 @@ class Expr:
             self._atoms = frozenset(found)
         return self._atoms
 
-    def symbols(self) -> set:
-        return {a for a in self.atoms() if isinstance(a, Symbol)}
+    def symbols(self) -> frozenset:
+        if self._symbols is None:
+            self._symbols = frozenset(a for a in self.atoms() if isinstance(a, Symbol))
+        return self._symbols
 
     @property
     def free_symbols(self) -> set:
@@ -140,24 +179,39 @@ class Expr:
         return tuple((_mono_key(m), c) for m, c in self.terms)
 
     def __eq__(self, other):
-        return isinstance(other, Expr) and self.terms == other.terms
+        return self is other or (isinstance(other, Expr) and self.terms == other.terms)
 
     def __hash__(self):
         return self._hash
 
-    # ---- arithmetic (normal form is kept by the constructor) -----------------
+    # ---- arithmetic (normal form is kept by the constructor; memoized, see _MEMO) --
     def __add__(self, other):
-        return Expr(self.terms + Expr.of(other).terms)
+        other = Expr.of(other)
+        found = _MEMO.get(("+", id(self), id(other)))
+        if found is not None:
+            return found[0]
+        return _remember(("+", id(self), id(other)), Expr(self.terms + other.terms), self, other)
 
     def __neg__(self):
-        return Expr([(m, -c) for m, c in self.terms])
+        found = _MEMO.get(("neg", id(self)))
+        if found is not None:
+            return found[0]
+        return _remember(("neg", id(self)), Expr([(m, -c) for m, c in self.terms]), self)
 
     def __sub__(self, other):
-        return self + (-Expr.of(other))
+        other = Expr.of(other)
+        found = _MEMO.get(("-", id(self), id(other)))
+        if found is not None:
+            return found[0]
+        return _remember(("-", id(self), id(other)), self + (-other), self, other)
 
     def __mul__(self, other):
         other = Expr.of(other)
-        return Expr([(_mono_mul(m1, m2), c1 * c2) for m1, c1 in self.terms for m2, c2 in other.terms])
+        found = _MEMO.get(("*", id(self), id(other)))
+        if found is not None:
+            return found[0]
+        product = Expr([(_mono_mul(m1, m2), c1 * c2) for m1, c1 in self.terms for m2, c2 in other.terms])
+        return _remember(("*", id(self), id(other)), product, self, other)
 
     def pow(self, n: int) -> "Expr":
         result = Expr.const(1)
@@ -275,7 +329,14 @@ def substitute_atom(atom, mapping) -> Expr:
 
 def apply_fn(op: str, a: Expr, b: Expr | None = None) -> Expr:
     """``op(a, b)`` (``op(a)`` for a math function) in normal form: folded when the
-    arguments are numbers, simplified where exact."""
+    arguments are numbers, simplified where exact (memoized, see _MEMO)."""
+    found = _MEMO.get((op, id(a), id(b)))
+    if found is not None:
+        return found[0]
+    return _remember((op, id(a), id(b)), _apply_fn(op, a, b), a, b)
+
+
+def _apply_fn(op: str, a: Expr, b: Expr | None) -> Expr:
     if op in UNARY_FUNCTIONS:
         c = a.constant()
         return Expr.const(_FN_EVAL[op](c)) if c is not None else Expr.atom(Fn(op, (a,)))
@@ -308,13 +369,25 @@ class Rel:
     op: str
     expr: Expr
 
+    def __post_init__(self):   # hashed often (memo keys, the known facts): once here
+        object.__setattr__(self, "_hash", hash((self.op, self.expr)))
+
+    def __hash__(self):
+        return self._hash
+
     @staticmethod
     def compare(op: str, a: Expr, b: Expr) -> "Rel":
+        """``a op b`` for op in ==, !=, <, <=, >, >= (memoized, see _MEMO)."""
+        found = _MEMO.get((op, id(a), id(b)))
+        if found is not None:
+            return found[0]
         if op == ">":
-            return Rel("<", b - a)
-        if op == ">=":
-            return Rel("<=", b - a)
-        return Rel(op, a - b)
+            rel = Rel("<", b - a)
+        elif op == ">=":
+            rel = Rel("<=", b - a)
+        else:
+            rel = Rel(op, a - b)
+        return _remember((op, id(a), id(b)), rel, a, b)
 
     def negate(self) -> "Rel":
         if self.op == "==":
