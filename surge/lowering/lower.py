@@ -266,7 +266,7 @@ class Lowering:
         """
         def to_arg(a, traced):
             if isinstance(a, LazyTensor):
-                found = matmul_operand_view(target, a)
+                found = matmul_operand_view(target, a, self.sizes)
                 if found is None:
                     if target in MATMUL_OPS:
                         found = realize_matmul_operand(self, a).view
@@ -284,21 +284,14 @@ class Lowering:
         args = tuple(to_arg(a, t) for a, t in zip(args, traced_args))
         kwargs = {k: to_arg(v, traced_kwargs.get(k)) for k, v in kwargs.items()}
         loc = self.location()
-        if isinstance(result_meta, ExternResult):
-            buf = ExternBuffer(self.new_name(), result_meta.layout, result_meta.dtype, self.device,
-                               op=target, args=args, kwargs=kwargs, location=loc)
-            self.buffers.append(buf)
-            return LazyTensor.of_buffer(buf.name, buf.layout, buf.dtype, self.device)
         val = result_meta if result_meta is not None else extern_result_meta(
             target, args, kwargs, self.by_name, self.node, self.out_meta, self.sizes)
-        # an extern result lives where the op puts it (``torch.rand([])`` on the CPU in a CUDA
-        # graph): kernels of the graph's device must not read it as one of theirs
-        if isinstance(val, torch.Tensor):
-            device = self.result_device(val)
-            buf = ExternBuffer(self.new_name(), self.layout_of(val), val.dtype, device,
+        if isinstance(val, (torch.Tensor, ExternResult)):
+            layout, dtype, device = self.result_layout(val)
+            buf = ExternBuffer(self.new_name(), layout, dtype, device,
                                op=target, args=args, kwargs=kwargs, location=loc)
             self.buffers.append(buf)
-            return LazyTensor.of_buffer(buf.name, buf.layout, val.dtype, device)
+            return LazyTensor.of_buffer(buf.name, buf.layout, dtype, device)
         if isinstance(val, (list, tuple)):
             parent = ExternBuffer(self.new_name(), Layout((), ()), torch.float32, self.device,
                                   op=target, args=args, kwargs=kwargs, location=loc)
@@ -306,15 +299,15 @@ class Lowering:
             used = _used_elements(self.node)
             outs = []
             for k, v in enumerate(val):
-                if isinstance(v, torch.Tensor):
+                if isinstance(v, (torch.Tensor, ExternResult)):
                     if used is not None and k not in used:
                         outs.append(None)   # never read: no buffer (it may even be undefined at run time)
                         continue
-                    device = self.result_device(v)
-                    child = ExternBuffer(self.new_name(), self.layout_of(v), v.dtype, device,
+                    layout, dtype, device = self.result_layout(v)
+                    child = ExternBuffer(self.new_name(), layout, dtype, device,
                                          parent=parent.name, output_index=k, location=loc)
                     self.buffers.append(child)
-                    outs.append(LazyTensor.of_buffer(child.name, child.layout, v.dtype, device))
+                    outs.append(LazyTensor.of_buffer(child.name, child.layout, dtype, device))
                 elif v is None or type(v) in (int, float, bool):
                     outs.append(v)
                 elif _is_symbolic_int(v):   # a size it returns (flash and cuDNN attention's max_q, max_k)
@@ -325,6 +318,15 @@ class Lowering:
             return tuple(outs)
         raise LoweringError(f"cannot call {target} as an extern op: it returns {type(val).__name__}"
                             + (f"\n  at {loc}" if loc else ""))
+
+    def result_layout(self, val) -> tuple:
+        """(layout, dtype, device) of an extern result: a meta tensor, or an ``ExternResult``
+        (a layout of size expressions). It lives where the op puts it (``torch.rand([])``
+        on the CPU in a CUDA graph): kernels of the graph's device must not read it as one
+        of theirs."""
+        if isinstance(val, ExternResult):
+            return val.layout, val.dtype, self.out_device()
+        return self.layout_of(val), val.dtype, self.result_device(val)
 
     def traced_arguments(self, target, count: int) -> tuple[list, dict]:
         """The traced values of the arguments of the node being lowered, when ``target``
@@ -587,19 +589,8 @@ SIZE_FUNCTIONS = {
 
 
 def _dense(sizes: SizeVars, layout: Layout) -> bool:
-    """Non-overlapping and dense, for every size in range: the innermost dim has stride 1,
-    the next the product of the sizes inside it, and so on."""
-    if layout.offset != 0:
-        return False
-    dims = [(st, sz) for st, sz in zip(layout.stride, layout.shape) if sz != 1]
-    expected = sympy.Integer(1)
-    while dims:
-        found = next((d for d in dims if sizes.known_equal(d[0], expected)), None)
-        if found is None:
-            return False
-        dims.remove(found)
-        expected = expected * found[1]
-    return True
+    """Non-overlapping and dense from the start of its buffer, for every size in range."""
+    return layout.offset == 0 and sizes.known_dense(layout.shape, layout.stride)
 
 
 def _all_tensors_on(device, args, kwargs) -> bool:

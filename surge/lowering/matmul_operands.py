@@ -14,7 +14,7 @@ import sympy
 import torch
 
 from .ir import Layout
-from .sizes import index_symbol, linear_coefficient, simplify_with_ranges
+from .sizes import index_symbol, is_index_symbol, linear_coefficient, simplify_with_ranges
 from .tensor import LazyTensor
 from .values import Load, walk
 
@@ -50,45 +50,53 @@ def feeds_matmul(node) -> bool:
     return False
 
 
-def strided_view(t: LazyTensor):
-    """(buffer name, Layout) when every element of ``t`` is ``buffer[offset + sum(i*stride)]``."""
+def strided_view(t: LazyTensor, sizes):
+    """(buffer name, Layout) when every element of ``t`` is ``buffer[offset + sum(i*stride)]``,
+    with strides and offset that are non-negative for every size in range (``sizes``, the
+    graph's ``SizeVars``): a symbolic size may be a factor of them (a row of ``s0*192``)."""
     if t.view is not None:
         return t.view
-    if not t.ndim or not all(getattr(s, "is_Integer", False) for s in t.shape):
+    if not t.ndim:
         return None
     symbols = [index_symbol("i", k) for k in range(t.ndim)]
     probe = t.load(symbols)
     if not isinstance(probe, Load) or probe.indirect or probe.dtype != t.dtype:
         return None
     index = simplify_with_ranges(probe.index, dict(zip(symbols, t.shape)))
+    offset = index.xreplace({s: 0 for s in symbols})
     strides = []
     for sym, size in zip(symbols, t.shape):
         coeff = linear_coefficient(index, sym)
-        if coeff is None or not coeff.is_Integer or coeff < 0:
+        if coeff is None or any(is_index_symbol(s) for s in coeff.free_symbols) or not sizes.known_leq(0, coeff):
             return None
-        strides.append(sympy.Integer(0) if size == 1 else coeff)
-    offset = index.xreplace({s: 0 for s in symbols})
-    if not offset.is_Integer or offset < 0:
+        strides.append(coeff)
+    # affine in each index alone is not affine in all of them together (``i0*i0``)
+    if sympy.expand(index - offset - sum(c * s for c, s in zip(strides, symbols))) != 0:
         return None
+    if not sizes.known_leq(0, offset):
+        return None
+    strides = [sympy.Integer(0) if size == 1 else c for c, size in zip(strides, t.shape)]
     return probe.buffer, Layout(tuple(t.shape), tuple(strides), offset)
 
 
-def blas_readable(layout: Layout) -> bool:
-    """The last two dims are a matrix BLAS takes as is, plain or transposed."""
+def blas_readable(layout: Layout, sizes) -> bool:
+    """The last two dims are a matrix BLAS takes as is, plain or transposed, for every size
+    in range: unit stride along one of them, and the other's stride (the leading dimension)
+    at least that dim's extent and at least 1."""
     if len(layout.shape) < 2:
         return False
     (rows, cols), (row_stride, col_stride) = layout.shape[-2:], layout.stride[-2:]
-    if col_stride == 1 and row_stride >= max(cols, 1):
+    if sizes.known_equal(col_stride, 1) and sizes.known_leq(cols, row_stride) and sizes.known_leq(1, row_stride):
         return True
-    return row_stride == 1 and col_stride >= max(rows, 1)
+    return sizes.known_equal(row_stride, 1) and sizes.known_leq(rows, col_stride) and sizes.known_leq(1, col_stride)
 
 
-def matmul_operand_view(target, t: LazyTensor):
+def matmul_operand_view(target, t: LazyTensor, sizes):
     """The in-place view of a matmul operand, or None where it must be computed."""
     if target not in MATMUL_OPS or not isinstance(t, LazyTensor) or t.view is not None:
         return None
-    found = strided_view(t)
-    if found is None or not blas_readable(found[1]):
+    found = strided_view(t, sizes)
+    if found is None or not blas_readable(found[1], sizes):
         return None
     return found
 
@@ -97,8 +105,9 @@ def reads_down_columns(t: LazyTensor) -> bool:
     """Whether computing ``t`` (a matrix or a batch of them) reads memory along its rows'
     index rather than its columns': the loads have stride 1 along dim -2 and not along -1.
     K of ``q @ k.transpose(-2, -1)`` is such a value: computed row by row, every element
-    read would be a separate memory transaction."""
-    if t.ndim < 2 or not all(getattr(s, "is_Integer", False) for s in t.shape):
+    read would be a separate memory transaction. A speed choice only (either layout holds
+    the same values), so symbolic sizes need no proof here."""
+    if t.ndim < 2:
         return False
     symbols = [index_symbol("i", k) for k in range(t.ndim)]
     down = across = 0

@@ -79,7 +79,7 @@ def _padded_operand(ctx, t: LazyTensor, rows, cols: int) -> LazyTensor:
     rows of the left operand may be symbolic (``rows`` is then ``t``'s own)."""
     r, c = t.shape
     pad_rows = not ctx.sizes.known_equal(rows, r)
-    found = strided_view(t)
+    found = strided_view(t, ctx.sizes)
     transposed = found is not None and found[1].stride[-2] == 1 and found[1].stride[-1] != 1
 
     def load(idx):

@@ -106,15 +106,14 @@ def view(ctx, x, size):
     size = list(size)
     numel = product(x.shape)
     if -1 in size:
-        known = product(sym(s) for s in size if s != -1)
-        size[size.index(-1)] = sympy.simplify(numel / known)
+        size[size.index(-1)] = _quotient(numel, product(sym(s) for s in size if s != -1))
     shape = tuple(sym(s) for s in size)
     lay = _layout(x)
     new = None
     if lay is not None and _is_contiguous(lay):
         new = Layout(shape, contiguous_strides(shape), lay.offset)
     elif lay is not None:
-        strides = view_strides(lay.shape, lay.stride, shape)
+        strides = view_strides(ctx.sizes, lay.shape, lay.stride, shape)
         if strides is not None:
             new = Layout(shape, strides, lay.offset)
 
@@ -127,36 +126,52 @@ def view(ctx, x, size):
     return x.with_view(shape, new, remap)
 
 
-def view_strides(old_shape, old_stride, new_shape):
-    """Strides that view a strided tensor as ``new_shape`` without a copy, or None.
+def _quotient(numel, known):
+    """The size a view's ``-1`` stands for: ``numel / known``, which tracing checked to be a
+    whole number. A product of sizes over a product of some of them cancels to a polynomial
+    (``128*s0 / 64`` is ``2*s0``); anything else stays a floor division, exact by that check."""
+    if numel.is_Integer and known.is_Integer:
+        return sympy.Integer(int(numel) // int(known))
+    quotient = sympy.expand(numel / known)
+    if all(t.as_coeff_Mul()[0].is_Integer and not any(f.is_Pow and f.exp < 0 for f in sympy.Mul.make_args(t))
+           for t in sympy.Add.make_args(quotient)):
+        return quotient
+    return FloorDiv(numel, known)
+
+
+def view_strides(sizes, old_shape, old_stride, new_shape):
+    """Strides that view a strided tensor as ``new_shape`` without a copy, for every size in
+    range (``sizes``, the graph's ``SizeVars``), or None.
 
     Walks the old dims from the innermost in chunks that are contiguous with each
     other (each dim's stride the next one's extent); the new dims must split those
-    chunks exactly. Sizes must be known numbers."""
-    if not all(getattr(v, "is_Integer", False) for v in (*old_shape, *old_stride, *new_shape)):
+    chunks exactly. Symbolic sizes take part through facts that hold for all of them:
+    a chunk continues only where its strides are known to line up, and the new dims
+    that split it must multiply to its extent; where that is not known, no view."""
+    if not old_shape or any(sizes.known_equal(s, 0) for s in old_shape):
         return None
-    old_shape, old_stride, new_shape = ([static_int(v) for v in seq] for seq in (old_shape, old_stride, new_shape))
-    if not old_shape or 0 in old_shape:
-        return None
-    new_stride = [0] * len(new_shape)
+    one = [sizes.known_equal(s, 1) for s in old_shape]
+    new_stride = [sympy.Integer(0)] * len(new_shape)
     view_d = len(new_shape) - 1
-    chunk_stride, chunk_numel, view_numel = old_stride[-1], 1, 1
+    chunk_stride, chunk_numel, view_numel = old_stride[-1], sympy.Integer(1), sympy.Integer(1)
     for d in range(len(old_shape) - 1, -1, -1):
-        chunk_numel *= old_shape[d]
-        chunk_ends = d == 0 or (old_shape[d - 1] != 1 and old_stride[d - 1] != chunk_numel * chunk_stride)
+        chunk_numel = chunk_numel * old_shape[d]
+        chunk_ends = d == 0 or not (one[d - 1] or sizes.known_equal(old_stride[d - 1], chunk_numel * chunk_stride))
         if not chunk_ends:
             continue
-        while view_d >= 0 and (view_numel < chunk_numel or new_shape[view_d] == 1):
-            new_stride[view_d] = view_numel * chunk_stride
-            view_numel *= new_shape[view_d]
+        # new dims join the chunk until their extent is its extent (sizes are at least 1, so
+        # one past it never comes back to it: the check below then fails)
+        while view_d >= 0 and (not sizes.known_equal(view_numel, chunk_numel) or sizes.known_equal(new_shape[view_d], 1)):
+            new_stride[view_d] = sympy.expand(view_numel * chunk_stride)
+            view_numel = view_numel * new_shape[view_d]
             view_d -= 1
-        if view_numel != chunk_numel:
+        if not sizes.known_equal(view_numel, chunk_numel):
             return None
         if d > 0:
-            chunk_stride, chunk_numel, view_numel = old_stride[d - 1], 1, 1
+            chunk_stride, chunk_numel, view_numel = old_stride[d - 1], sympy.Integer(1), sympy.Integer(1)
     if view_d != -1:
         return None
-    return tuple(sympy.Integer(s) for s in new_stride)
+    return tuple(new_stride)
 
 
 def _reshape_ones(x, shape):
@@ -250,17 +265,20 @@ def as_strided(ctx, x, size, stride, storage_offset=None):
     traced = ctx.node.args[0].meta.get("val")
     if not isinstance(traced, torch.Tensor):
         raise NotLowered("as_strided of an input without traced metadata")
-    traced_stride = ctx.sizes.shape(traced.stride())
+    sizes = ctx.sizes
+    traced_stride = sizes.shape(traced.stride())
     lay = _layout(x)
-    if lay is None or tuple(lay.stride) != tuple(traced_stride):
-        if not _is_dense_strides(traced.shape, traced.stride()):
+    if lay is None or len(lay.stride) != len(traced_stride) or not all(
+            sizes.known_equal(a, b) for a, b in zip(lay.stride, traced_stride)):
+        if not sizes.known_dense(x.shape, traced_stride):
             raise LoweringError(f"as_strided of a value traced with overlapping strides {traced.stride()}")
         lay = Layout(x.shape, traced_stride, sym(0))
         x = ctx.realize(x, lay)
-    shape = ctx.sizes.shape(size)
-    new = Layout(shape, ctx.sizes.shape(stride), sym(storage_offset or 0) - traced.storage_offset() + lay.offset)
+    shape = sizes.shape(size)
+    new = Layout(shape, sizes.shape(stride),
+                 sympy.expand(sizes.expr(storage_offset or 0) - sizes.expr(traced.storage_offset()) + lay.offset))
     (low, high), (new_low, new_high) = _span(lay), _span(new)
-    if not (ctx.sizes.known_leq(low, new_low) and ctx.sizes.known_leq(new_high, high)):
+    if not (sizes.known_leq(low, new_low) and sizes.known_leq(new_high, high)):
         # it reads storage around x that x's buffer does not hold
         raise LoweringError("as_strided reaching outside its input's elements")
     return x.with_view(shape, new, None)
@@ -278,15 +296,6 @@ def _span(lay: Layout) -> tuple:
         reach = (size - 1) * st
         low, high = (low + reach, high) if st.is_negative else (low, high + reach)
     return sympy.expand(low), sympy.expand(high)
-
-
-def _is_dense_strides(shape, stride) -> bool:
-    expected = 1
-    for st, size in sorted((st, size) for st, size in zip(stride, shape) if size != 1):
-        if st != expected:
-            return False
-        expected *= size
-    return True
 
 
 @register_lowering(aten.flip)

@@ -274,13 +274,21 @@ class SizeVars:
         return expr if expr.is_Atom else sympy.expand(expr)
 
     def known_equal(self, a, b) -> bool:
-        return sympy.expand(self.expr(a) - self.expr(b)) == 0
+        a, b = self.expr(a), self.expr(b)
+        if a == b:
+            return True
+        if a.is_Integer and b.is_Integer:   # two numbers (the common case): no expansion
+            return False
+        return sympy.expand(a - b) == 0
 
     def known_leq(self, a, b) -> bool:
         """``a <= b`` for every size in range: ``b - a``, with each symbol written as its
         lower bound plus a non-negative part, is a polynomial with non-negative coefficients
         (a constant difference is simply compared)."""
-        diff = sympy.expand(self.expr(b) - self.expr(a))
+        a, b = self.expr(a), self.expr(b)
+        if a.is_Integer and b.is_Integer:
+            return int(a) <= int(b)
+        diff = sympy.expand(b - a)
         if diff.is_Integer:
             return int(diff) >= 0
         if diff.has(FloorDiv, Mod):
@@ -294,6 +302,20 @@ class SizeVars:
         except sympy.PolynomialError:   # not a polynomial (Max, Min): nothing known
             return False
         return all(c.is_Integer and c >= 0 for c in coeffs)
+
+    def known_dense(self, shape, stride) -> bool:
+        """Non-overlapping and dense for every size in range (an offset aside): the
+        innermost dim has stride 1, the next the product of the sizes inside it, and so
+        on (dims of size 1 take any stride)."""
+        dims = [(st, sz) for st, sz in zip(stride, shape) if sz != 1]
+        expected = sympy.Integer(1)
+        while dims:
+            found = next((d for d in dims if self.known_equal(d[0], expected)), None)
+            if found is None:
+                return False
+            dims.remove(found)
+            expected = expected * found[1]
+        return True
 
     def known_lt(self, a, b) -> bool:
         return self.known_leq(self.expr(a) + 1, b)

@@ -14,6 +14,7 @@ from surge.lowering import matmul_padding
 from surge.lowering.ir import ComputedBuffer, ExternBuffer
 from surge.lowering.lower import lower_graph
 from surge.lowering.ops_view import view_strides
+from surge.lowering.size_vars import SizeVars
 from surge.options import CompileConfig, Options
 
 from .helpers import DEVICE, aten_graph, compile_fn, randn
@@ -125,7 +126,7 @@ def test_view_strides_agree_with_torch_views():
                 expected = t.view(new_shape).stride()
             except RuntimeError:
                 expected = None
-            got = view_strides(*[[sympy.Integer(v) for v in seq] for seq in (t.shape, t.stride(), new_shape)])
+            got = view_strides(SizeVars(), *[[sympy.Integer(v) for v in seq] for seq in (t.shape, t.stride(), new_shape)])
             if expected is None:
                 assert got is None, (t.shape, t.stride(), new_shape)
                 continue
