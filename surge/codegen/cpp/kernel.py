@@ -36,6 +36,7 @@ from .ops import OP_RULES, cast_expr, compute_dtype, ctype, literal, load_expr, 
 from .narrow_loads import NarrowLoads
 from .row_cache import RowCachePlanner
 from .scope import Scope
+from .thread_ranges import range_loop, rows_and_kernel
 from .vector16 import BLOCK, LANES, VectorLoop
 
 # The OpenMP reduction operator of each combine whose accumulator one operator updates
@@ -114,9 +115,11 @@ class CppKernelWriter:
         self.row_cache: dict[int, str] = {}     # id(value) -> its scratch array (see row_cache.py)
         self.row_cache_written: set = set()
         self.parallel = self.symbolic or self.xnumel * self.rnumel >= PARALLEL_MIN_ELEMENTS
-        # symbolic sizes: the team wakes at run time only for enough work (OpenMP's if clause)
-        work = c_size(self.xnumel * self.rnumel) if self.symbolic else ""
-        self.parallel_if = f" if({work} >= {PARALLEL_MIN_ELEMENTS})" if self.symbolic else ""
+        # symbolic sizes: the team wakes at run time only for enough work, through the rows
+        # function (thread_ranges.py) or, for a single row split across threads, OpenMP's if clause
+        self.work = c_size(self.xnumel * self.rnumel) if self.symbolic else ""
+        self.parallel_if = f" if({self.work} >= {PARALLEL_MIN_ELEMENTS})" if self.symbolic else ""
+        self.shared_extent: str | None = None   # the rows function's range, when the nest has one
         # "[xi]" when accumulators are per-column arrays (column_reduction.py), else ""
         self.lane = ""
         self.narrow: NarrowLoads | None = None   # bool loads staged per row (narrow_loads.py)
@@ -325,12 +328,14 @@ class CppKernelWriter:
 
     # -- loops -----------------------------------------------------------------
     def loop_nest(self, outer: Scope, prefix: str, sizes, inner: Scope, pragmas: dict,
-                  vector: VectorLoop | None = None, hoisted: Scope | None = None) -> None:
+                  vector: VectorLoop | None = None, hoisted: Scope | None = None, shared: int = 0) -> None:
         """``for`` loops over ``sizes`` around ``inner``'s lines; ``pragmas[k]`` above loop k,
         ``hoisted``'s lines in the loop around the innermost, before it.
 
         With ``vector``, the innermost loop is its vector loop and then the scalar loop
-        over the rest (vector16.py).
+        over the rest (vector16.py). With ``shared``, the outer ``shared`` loops (those the
+        OpenMP team shares) are one loop over the range of the kernel's rows function
+        (thread_ranges.py).
         """
         lines = list(inner.lines)
         around_innermost = len(sizes) - 2
@@ -341,9 +346,16 @@ class CppKernelWriter:
         for k in reversed(range(len(sizes))):
             if k == around_innermost and hoisted is not None:
                 lines = hoisted.lines + lines
+            if k < shared:
+                continue
             head = [pragmas[k]] if k in pragmas else []
             head.append(f"for (int64_t {prefix}{k} = 0; {prefix}{k} < {c_size(sizes[k])}; ++{prefix}{k}) {{")
             lines = head + ["    " + line for line in lines] + ["}"]
+        if shared:
+            outer_sizes = sizes[:shared]
+            strides = [c_size(sympy.Mul(*outer_sizes[k + 1:])) for k in range(shared)]
+            lines = range_loop(prefix, [c_size(n) for n in outer_sizes], strides, lines, pragmas.get(0))
+            self.shared_extent = c_size(sympy.Mul(*outer_sizes))
         outer.lines.extend(lines)
 
     def vector_loop(self, loop: Scope, prefix: str, sizes, members: list, cache_written) -> VectorLoop | None:
@@ -386,20 +398,31 @@ class CppKernelWriter:
             top.lines.extend("    " + line for line in body.lines)
             top.lines.append("}")
 
-    def x_pragmas(self, innermost_simd: bool) -> dict:
+    def shared_x_loops(self, innermost_simd: bool) -> int:
+        """How many outer x loops the OpenMP team shares, as one collapsed loop: all of them
+        around a row, all but a pointwise nest's innermost (simd) loop unless it is the only one."""
         n = len(self.x_sizes)
-        pragmas = {}
+        if not self.parallel or n == 0:
+            return 0
+        return max(n - 1, 1) if innermost_simd else n
+
+    def symbolic_shared(self, innermost_simd: bool) -> int:
+        """The loops a symbolic nest runs over its rows function's range (``loop_nest``)."""
+        return self.shared_x_loops(innermost_simd) if self.symbolic else 0
+
+    def x_pragmas(self, innermost_simd: bool) -> dict:
+        """The x loops' pragmas; a symbolic kernel's team shares them through its rows function."""
+        n = len(self.x_sizes)
         if n == 0:
-            return pragmas
-        if self.parallel:
-            if innermost_simd and n == 1:
-                pragmas[0] = f"#pragma omp parallel for simd schedule(static){self.parallel_if}"
-                return pragmas
-            outer = n - 1 if innermost_simd else n
-            collapse = f" collapse({outer})" if outer > 1 else ""
-            pragmas[0] = f"#pragma omp parallel for{collapse} schedule(static){self.parallel_if}"
+            return {}
+        pragmas = {}
+        shared = self.shared_x_loops(innermost_simd)
+        if shared and not self.symbolic:
+            simd = " simd" if innermost_simd and n == 1 else ""
+            collapse = f" collapse({shared})" if shared > 1 else ""
+            pragmas[0] = f"#pragma omp parallel for{simd}{collapse} schedule(static)"
         if innermost_simd:
-            pragmas[n - 1] = pragmas.get(n - 1, "") or "#pragma omp simd"
+            pragmas.setdefault(n - 1, "#pragma omp simd")
         return pragmas
 
     # -- reductions: the table of lowering/reductions.py, one rule per combine and finalize --
@@ -567,7 +590,7 @@ class CppKernelWriter:
                 self.interleaved_x_loop(top, body)
             else:
                 self.loop_nest(top, "x", self.x_sizes, body, self.x_pragmas(innermost_simd=True), vector,
-                               self.x_outer)
+                               self.x_outer, self.symbolic_shared(innermost_simd=True))
             return self.finish(top)
         columns = ColumnSums(self) if not self.symbolic and ColumnSums.applies(self) else None
         if columns is None and not self.symbolic and wants_columns(self):
@@ -614,7 +637,7 @@ class CppKernelWriter:
         if columns is not None:
             columns.wrap(top, row, pragmas)
         else:
-            self.loop_nest(top, "x", self.x_sizes, row, pragmas)
+            self.loop_nest(top, "x", self.x_sizes, row, pragmas, shared=self.symbolic_shared(innermost_simd=False))
         return self.finish(top)
 
     def finish(self, top: Scope) -> CppKernel:
@@ -627,33 +650,32 @@ class CppKernelWriter:
             # shares storage with it: no __restrict__ promise for either pointer
             restrict = "" if buffer in self.shared else "__restrict__ "
             params.append(f"{'' if out else 'const '}{t}* {restrict}{self.pointer_of[buffer]}")
-        body = "\n".join(top.lines)   # the size symbols the code reads: parameters after the pointers
+        # the size symbols the code reads (the nest's, and the range's and the work's it is
+        # shared out by): parameters after the pointers
+        body = "\n".join(top.lines + ([self.shared_extent, self.work] if self.shared_extent else []))
         symbols = [s.name for s in plan_size_symbols(self.plan) if re.search(rf"\b{s.name}\b", body)]
         params += [f"int64_t {name}" for name in symbols]
         result = "int64_t" if self.index_checks.errors else "void"   # index checks return their bits
-        lines = [f"static {result} {self.name}({', '.join(params)}) {{"]
-        lines += ["    " + line for line in self.index_checks.wrap(top.lines)]
-        lines.append("}")
+        if self.shared_extent is not None:
+            args = [self.pointer_of[buffer] for buffer, _ in self.params] + symbols
+            lines = rows_and_kernel(self.name, result, params, args, top.lines, self.shared_extent, self.work,
+                                    PARALLEL_MIN_ELEMENTS, self.index_checks)
+        else:
+            lines = [f"static {result} {self.name}({', '.join(params)}) {{"]
+            lines += ["    " + line for line in self.index_checks.wrap(top.lines)]
+            lines.append("}")
         return CppKernel(self.name, "\n".join(lines) + "\n", list(self.params), self.plan.is_reduction,
                          self.parallel, self.vector16, symbols, self.index_checks.by_bit())
 
-
     def serial_or_parallel(self, lines: list) -> list:
-        """A symbolic kernel's loops twice: the OpenMP team's form for enough work, else the
-        serial form a static kernel of that size has (an OpenMP loop with a false ``if``
-        still runs its outlined, often unvectorized, body: measured 75x slower on a GELU
-        over 8192 floats)."""
-        work = self.parallel_if[len(" if("):-1]
-
-        def serial(line: str) -> str | None:
-            if self.parallel_if not in line:
-                return line
-            return "#pragma omp simd" if " simd " in line and "reduction(" not in line else (
-                line.replace(self.parallel_if, "").replace("parallel for simd", "simd")
-                .replace(" schedule(static)", "") if " simd " in line else None)
-        serial_lines = [v for v in (serial(line) for line in lines) if v is not None]
-        return ([f"if ({work}) {{"] + ["    " + line for line in lines] + ["} else {"]
-                + ["    " + line for line in serial_lines] + ["}"])
+        """A symbolic single row split across threads, twice: the OpenMP team's loops for enough
+        work, else serial ones (an OpenMP loop with a false ``if`` still runs its outlined,
+        often unvectorized, body: measured 75x slower on a GELU over 8192 floats). Its
+        passes are parallel loops one after another, with no range of one loop to share
+        out as a nest's rows function does (thread_ranges.py)."""
+        team = f"parallel for simd schedule(static){self.parallel_if}"
+        return ([f"if ({self.work} >= {PARALLEL_MIN_ELEMENTS}) {{"] + ["    " + line for line in lines] + ["} else {"]
+                + ["    " + line.replace(team, "simd") for line in lines] + ["}"])
 
 
 # A 1-D pointwise kernel computing at least INTERLEAVE_MIN_OPS ops per element, over at

@@ -115,6 +115,15 @@ static inline float surge_expf(float x) {{
 }}
 
 {_GELU_FUNCTIONS}
+// The part [begin, end) of [0, n) that the calling thread of an OpenMP team computes, as
+// schedule(static) splits it: a symbolic kernel's rows function over it (thread_ranges.py).
+static inline void surge_thread_range(int64_t n, int64_t& begin, int64_t& end) {{
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t part = n / threads, rest = n % threads;
+    begin = t * part + (t < rest ? t : rest);
+    end = begin + part + (t < rest ? 1 : 0);
+}}
+
 static inline float surge_bf16_to_float(uint16_t v) {{
     uint32_t bits = static_cast<uint32_t>(v) << 16;
     float out;
