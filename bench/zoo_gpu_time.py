@@ -9,12 +9,20 @@ that appears many times is one row). surge's graph, break and kernel counters ar
 printed as well, and surge's results are checked against eager's first.
 
     python bench/zoo_gpu_time.py --only timm.resnet18.train,timm.resnet50.train [--rows 12]
+
+``--host`` adds, per contender, where the host's time goes: the CUDA runtime calls that
+wait for the device or copy to the host (a wall time of host plus device time, not the
+larger of the two, points at one) and the Python functions that take the most time in
+those steps (cProfile, by own time).
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import cProfile
+import io
 import os
+import pstats
 import time
 
 os.environ.setdefault("SURGE_LOGS", "fallbacks")
@@ -58,6 +66,32 @@ def _kernels(instance, compiled, target, steps: int) -> tuple[float, int, list]:
     return total_us / 1000 / steps, launches // steps, top
 
 
+# CUDA runtime calls that make the host wait for the device
+_WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+
+
+def _host(instance, compiled, target, steps: int, rows: int) -> list:
+    """Lines: the waiting runtime calls per step, then the Python functions by own time."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for k in range(steps):
+            _step(instance, compiled, target, 300 + k)
+        torch.cuda.synchronize()
+    waits = [f"{e.key} {e.count / steps:.1f}x" for e in prof.key_averages()
+             if e.key.startswith(_WAITS) and e.count]
+    lines = ["    host waits per step: " + (", ".join(waits) or "none")]
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for k in range(steps):
+        _step(instance, compiled, target, 400 + k)
+    torch.cuda.synchronize()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(rows)
+    table = text.getvalue().splitlines()
+    start = next((k for k, line in enumerate(table) if line.strip().startswith("ncalls")), len(table))
+    return lines + ["    " + line for line in table[start:] if line.strip()]
+
+
 def _check(instance, compiled, target, reference) -> str:
     got = _step(instance, compiled, target, 7)
     want = _step(instance, reference, reference if isinstance(reference, torch.nn.Module) else target, 7)
@@ -75,6 +109,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--rows", type=int, default=12, help="kernels listed per contender")
     p.add_argument("--torch-compile", action="store_true", help="profile torch.compile as well")
+    p.add_argument("--host", action="store_true", help="where each contender's host time goes")
     args = p.parse_args()
     for name in [n for n in args.only.split(",") if n]:
         instance = workloads.build(name, "cuda", "full")
@@ -101,6 +136,8 @@ def main() -> None:
                       {k: counters.get(k, 0) for k in ("graphs", "graph_breaks", "fallbacks", "kernels")})
             for kernel, calls, ms in top[: args.rows]:
                 print(f"    {ms:8.3f} ms  {calls:6.1f}x  {kernel}")
+            if args.host:
+                print("\n".join(_host(instance, compiled, target, args.steps, args.rows)))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
 from torch.utils import _pytree as pytree
 
 from ..errors import Unsupported
-from ..frontend.shape_env import is_symbolic
+from ..frontend.size_node import is_symbolic
 from ..frontend.symbolic_meta import symbolic_meta
 from .data_dependent_sizes import graph_has_data_dependent_sizes
 from .cond import COND, trace_cond

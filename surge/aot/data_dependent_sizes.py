@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ..frontend.shape_env import env_of
+from ..frontend.size_node import env_of
 from ..frontend.symbolic import Symbol
 from ..frontend.variables.data_dependent_ops import dynamic_output_rule
 

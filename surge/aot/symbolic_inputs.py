@@ -18,7 +18,7 @@ import operator
 import torch
 
 from ..errors import Unsupported
-from ..frontend.shape_env import env_of, expr_of, hint_of, is_symbolic
+from ..frontend.size_node import env_of, expr_of, hint_of, is_symbolic
 from ..frontend.symbolic import MATH_FUNCTIONS, ROUNDING_FUNCTIONS, Fn, Symbol
 
 _FN_OPS = {"floordiv": operator.floordiv, "mod": operator.mod, "truediv": operator.truediv,

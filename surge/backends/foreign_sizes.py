@@ -28,7 +28,8 @@ import torch.fx
 
 from .. import logs
 from ..counters import counters
-from ..frontend.shape_env import ShapeEnv, is_symbolic
+from ..frontend.shape_env import ShapeEnv
+from ..frontend.size_node import is_symbolic
 from ..frontend.symbolic import INF
 
 MAX_VARIANTS = 8

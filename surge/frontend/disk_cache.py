@@ -47,7 +47,7 @@ from ..errors import BackendCompilerFailed
 from ..options import CompileConfig, Options, code_fields, default_cache_dir
 from .code_kinds import DECORATE_CONTEXT_CODE, is_resume_code
 from .codegen import entry_source, exec_entry, identity_target, module_check
-from .shape_env import is_symbolic
+from .size_node import is_symbolic
 from .stored_sizes import FactsCheck, decode_env, decode_value, encode_env, encode_value
 
 FORMAT = 3   # 3: dynamic captures (their shape environment) are stored too

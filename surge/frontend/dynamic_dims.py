@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import logs
-from .shape_env import DataDependent, ShapeEnv, expr_of, is_symbolic
+from .shape_env import DataDependent, ShapeEnv
+from .size_node import expr_of, is_symbolic
 from .sources import ArgSource, DefaultSource, ItemSource, KwargSource, Source
 from .symbolic import MATH_FUNCTIONS, ROUNDING_FUNCTIONS, Expr, Fn, Rel, Symbol
 from .variables.base import unsupported

@@ -332,7 +332,7 @@ def numbers_for_backend(dynamic, gm: torch.fx.GraphModule, example_inputs: list,
 
 def _size_placeholders(dynamic, gm: torch.fx.GraphModule) -> set:
     """The placeholders of symbolic tensor sizes (a backend that takes symbolic sizes)."""
-    from .shape_env import is_symbolic
+    from .size_node import is_symbolic
 
     out = set()
     for node in gm.graph.nodes:

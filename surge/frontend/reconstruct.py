@@ -16,7 +16,7 @@ from ..errors import Unsupported
 from .variables.base import Variable
 from .variables.builtins import BuiltinVariable
 from .dynamic_dims import symbolic_expression
-from .shape_env import is_symbolic
+from .size_node import is_symbolic
 from .variables.constant import ConstantVariable
 from .variables.dict_views import DictViewVariable
 from .variables.mapping_proxies import MappingProxyVariable

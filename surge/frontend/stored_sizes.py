@@ -17,7 +17,8 @@ import dataclasses
 
 import torch
 
-from .shape_env import Fact, ShapeEnv, SizeNode, SymbolInfo, is_symbolic
+from .shape_env import Fact, ShapeEnv, SymbolInfo
+from .size_node import SizeNode, is_symbolic
 from .symbolic import Expr, Fn, Rel, Symbol
 
 

@@ -31,7 +31,7 @@ import sympy
 import torch
 
 from ..errors import SizeGuardFailed
-from ..frontend.shape_env import SizeNode
+from ..frontend.size_node import SizeNode
 from ..frontend.symbolic import Symbol as FrontendSymbol
 from .sizes import FloorDiv, Mod
 

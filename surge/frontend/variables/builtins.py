@@ -26,7 +26,7 @@ from .containers import (
 from .hashing import hash_builtin, note_order_read
 from .instance_checks import isinstance_of, issubclass_of
 from .iterators import EnumerateIterator, FilterIterator, MapIterator, ReversedIterator, ZipIterator, iterator_of
-from ..shape_env import is_symbolic
+from ..size_node import is_symbolic
 from .tensor import TensorVariable, record_op
 
 BUILTIN_RULES: dict = {}

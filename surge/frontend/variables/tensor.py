@@ -16,7 +16,7 @@ from ...errors import Unsupported
 from ...registry import rule_registrar
 from .. import meta as meta_utils
 from ..graph_builder import run_on_meta
-from ..shape_env import hint_of, is_symbolic
+from ..size_node import hint_of, is_symbolic
 from ..symbolic_meta import symbolic_meta
 from .autocast import run_under_autocast
 from .base import AttributeMissing, Variable, raise_in_user_code, unsupported
