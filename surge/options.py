@@ -211,7 +211,9 @@ class CompileConfig:
     autotune: bool = False
     fallback_random: bool = False
     # -- fields that do not
-    cache_dir: str = ""
+    # a config made directly (a test, a bench script) caches where a compile would, never in
+    # the working directory
+    cache_dir: str = dataclasses.field(default_factory=lambda: default_cache_dir(Options.from_env()))
     debug_dir: str | None = None
     graph_cache: bool = True
     raise_internal_errors: bool = False
