@@ -45,7 +45,11 @@ def build(name: str):
         return model.eval(), (torch.randint(0, 1000, (1, 16)),)
     import timm
 
-    return timm.create_model(name).eval(), (torch.randn(1, 3, 32, 32),)
+    try:   # a ViT checks its input size: build it for the small image
+        model = timm.create_model(name, img_size=32)
+    except TypeError:   # a convnet takes any size
+        model = timm.create_model(name)
+    return model.eval(), (torch.randn(1, 3, 32, 32),)
 
 
 def measure(name: str, rounds: int, batches: int) -> dict:

@@ -34,6 +34,7 @@ from . import functionalize as fz
 from .decompositions import decomposition_for, packet_name, surge_decomposition
 from .device_layouts import device_result
 from .foreach import decompose_foreach, is_foreach
+from ..frontend.meta_cache import MetaCache
 from .prims import aten_body_for_prim
 from .data_dependent_sizes import data_dependent_rule, trace_data_dependent, trace_scalar_read
 from .symbolic_inputs import SymbolNodes, meta_scalar
@@ -138,6 +139,8 @@ class AtenTracer:
         self.symbols = SymbolNodes(self.graph)
         # The shape environment of a graph with data-dependent sizes (data_dependent_sizes.py).
         self.data_dependent_env = None
+        # Meta results over symbolic sizes, by argument layouts (meta_cache.py)
+        self.meta_cache = MetaCache()
 
     # ------------------------------------------------------------ graph inputs
     def add_input(self, name: str, value, *, requires_grad: bool = False, as_attr: bool = False,
@@ -370,8 +373,13 @@ class AtenTracer:
         device = _output_device(func, kwargs, devices)
         if any(a.name == "device" for a in func._schema.arguments):
             meta_kwargs = dict(meta_kwargs, device="meta")
+        # symbolic sizes only: static meta kernels are C++ and cheaper than the key
+        key = self.meta_cache.key(func, meta_args, meta_kwargs) if self.symbols.active else None
+        meta_out = self.meta_cache.lookup(key, meta_args, meta_kwargs)
         try:
-            meta_out = func(*meta_args, **meta_kwargs)
+            if meta_out is None:
+                meta_out = func(*meta_args, **meta_kwargs)
+                self.meta_cache.remember(key, meta_args, meta_kwargs, meta_out)
         except NotImplementedError as e:
             raise Unsupported(f"{func} has no meta kernel, so surge cannot trace it ({e})") from None
         except Exception as e:  # noqa: BLE001

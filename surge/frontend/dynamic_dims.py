@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import logs
+from .meta_cache import MetaCache
 from .shape_env import DataDependent, ShapeEnv
 from .size_node import expr_of, is_symbolic
 from .sources import ArgSource, DefaultSource, ItemSource, KwargSource, Source
@@ -116,6 +117,8 @@ class DynamicDims:
         self.reads_as_tensors = not accepts_scalar_reads(backend)
         self._refused_logged = False
         self.backend = backend
+        # Meta results of the ops captured over symbolic sizes, by argument layouts
+        self.meta_cache = MetaCache()
 
     @property
     def active(self) -> bool:

@@ -31,6 +31,9 @@ _MAX_DEPTH = 8
 _ATTRIBUTE = "__dynamo_disable"
 _scanned_modules: set[str] = set()
 _patched_classes: set[type] = set()
+# How many modules were loaded at the last scan: wrappers and dispatch modes are defined
+# when a module is imported, so with no module loaded since there is nothing new to patch
+_modules_at_last_scan = -1
 
 
 class _DisableWhenDynamoLoaded:
@@ -108,8 +111,12 @@ def _subclasses(cls) -> list:
 
 def defer_dynamo_import() -> None:
     """Patch the disable wrappers reachable now (cheap to call again: done work is skipped)."""
+    global _modules_at_last_scan
     if "torch._dynamo" in sys.modules:
         return  # already imported: nothing left to save
+    if len(sys.modules) == _modules_at_last_scan:
+        return
+    _modules_at_last_scan = len(sys.modules)
     code = _wrapper_code()
     if code is None:
         return

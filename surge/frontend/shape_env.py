@@ -77,6 +77,8 @@ class ShapeEnv:
         # The node of each number a SymInt meets (``wrap_int`` runs for every int operand of
         # every size computation), keyed with its type: 1, 1.0 and True are three.
         self._const_nodes: dict = {}
+        # Answers of the layout predicates C++ asks of symbolic tensors (SizeNode._layout)
+        self.layout_answers: dict = {}
         self._oblivious = 0
         # () -> (file, line) of the user's code being traced: named where a decision on a
         # symbol comes without a location of its own (a torch kernel asks for a number)
@@ -140,6 +142,11 @@ class ShapeEnv:
             yield
         finally:
             self._oblivious -= 1
+
+    @property
+    def oblivious(self) -> bool:
+        """Whether decisions are size-oblivious now (``size_oblivious``)."""
+        return self._oblivious > 0
 
     def _oblivious_range(self, symbol):
         info = self.symbols[symbol]

@@ -379,26 +379,49 @@ class SizeNode:
         return self._const(True)
 
     # ---- layout predicates (C++ asks them of symbolic tensors) --------------------
+    def _layout(self, name: str, predicate, sizes, strides):
+        """A layout predicate's answer (a Python bool or int), memoized in the environment by
+        the sizes' and strides' expressions: C++ asks each of them of every tensor it makes,
+        and a model makes tensors of the same few layouts over and over. An answer stays
+        true: the facts it recorded hold from then on. Size-oblivious answers (data-dependent
+        sizes taken as at least 2, shape_env.py) are kept apart."""
+        key = (name, self.env.oblivious, tuple(expr_of(v) for v in sizes), tuple(expr_of(v) for v in strides))
+        answers = self.env.layout_answers
+        found = answers.get(key)
+        if found is None:
+            found = answers[key] = predicate(self.env, sizes, strides)
+        return self._const(found)
+
     def is_contiguous(self, sizes, strides):
-        return self._const(contiguous_in_order(self.env, sizes, strides, range(len(sizes) - 1, -1, -1)))
+        return self._layout("contiguous", _contiguous, sizes, strides)
 
     def is_channels_last_contiguous_2d(self, sizes, strides):
-        return self._const(len(sizes) == 4 and contiguous_in_order(self.env, sizes, strides, (1, 3, 2, 0)))
+        return self._layout("cl2d", lambda env, si, st: len(si) == 4 and contiguous_in_order(env, si, st, (1, 3, 2, 0)),
+                            sizes, strides)
 
     def is_channels_last_contiguous_3d(self, sizes, strides):
-        return self._const(len(sizes) == 5 and contiguous_in_order(self.env, sizes, strides, (1, 4, 3, 2, 0)))
+        return self._layout("cl3d", lambda env, si, st: len(si) == 5 and contiguous_in_order(env, si, st, (1, 4, 3, 2, 0)),
+                            sizes, strides)
 
     def is_channels_last_strides_2d(self, sizes, strides):
-        return self._const(len(sizes) == 4 and channels_last_strides(self.env, sizes, strides, (1, 3, 2, 0)))
+        return self._layout("cls2d", lambda env, si, st: len(si) == 4 and channels_last_strides(env, si, st, (1, 3, 2, 0)),
+                            sizes, strides)
 
     def is_channels_last_strides_3d(self, sizes, strides):
-        return self._const(len(sizes) == 5 and channels_last_strides(self.env, sizes, strides, (1, 4, 3, 2, 0)))
+        return self._layout("cls3d",
+                            lambda env, si, st: len(si) == 5 and channels_last_strides(env, si, st, (1, 4, 3, 2, 0)),
+                            sizes, strides)
 
     def is_non_overlapping_and_dense(self, sizes, strides):
-        return self._const(non_overlapping_and_dense(self.env, sizes, strides))
+        return self._layout("dense", non_overlapping_and_dense, sizes, strides)
 
     def is_non_overlapping_and_dense_indicator(self, sizes, strides):
-        return self._const(int(non_overlapping_and_dense(self.env, sizes, strides)))
+        return self._layout("dense_int", lambda env, si, st: int(non_overlapping_and_dense(env, si, st)),
+                            sizes, strides)
+
+
+def _contiguous(env, sizes, strides) -> bool:
+    return contiguous_in_order(env, sizes, strides, range(len(sizes) - 1, -1, -1))
 
 
 def _math_method(name):

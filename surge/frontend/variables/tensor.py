@@ -189,7 +189,7 @@ def record_plain_op(tx, kind: str, target, args: list, kwargs: dict) -> Variable
     if data_dependent is not None:
         result = data_dependent_result(tx, data_dependent, lambda build: _symbolic(tx, build))
     elif tx.dynamic.symbolic_meta_needed:
-        result = _symbolic(tx, lambda: _run(tx, kind, target, meta_args, meta_kwargs, devices))
+        result = _cached_symbolic_run(tx, kind, target, meta_args, meta_kwargs, devices)
     else:
         result = _run(tx, kind, target, meta_args, meta_kwargs, devices)
     if not devices and not isinstance(result, (torch.Tensor, tuple, list)) and is_constant_value(result):
@@ -215,6 +215,19 @@ def _symbolic(tx, run):
     on data-dependent sizes taken size-obliviously (shape_env.py)."""
     with symbolic_meta(), tx.dynamic.env.size_oblivious():
         return run()
+
+
+def _cached_symbolic_run(tx, kind, target, meta_args, meta_kwargs, devices):
+    """``_run`` over symbolic sizes, through the capture's meta cache (meta_cache.py). Not
+    under autocast, whose blocks decide dtypes the key does not hold; the grad mode is in
+    the key (a result's ``requires_grad`` follows it)."""
+    cache = tx.dynamic.meta_cache
+    key = None if tx.autocast_blocks else cache.key((kind, target, torch.is_grad_enabled()), meta_args, meta_kwargs)
+    result = cache.lookup(key, meta_args, meta_kwargs)
+    if result is None:
+        result = _symbolic(tx, lambda: _run(tx, kind, target, meta_args, meta_kwargs, devices))
+        cache.remember(key, meta_args, meta_kwargs, result)
+    return result
 
 
 def meta_number(value):
