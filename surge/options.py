@@ -78,8 +78,11 @@ class Options:
     # 16-bit matmuls whose sizes are not multiples of 8 run on zero-padded operands
     # (cuBLAS is several times slower on misaligned rows); None: on CUDA only.
     pad_matmuls: bool | None = None
-    # The C++ compiler of the cpp backend; None: ``g++``.
+    # The C++ compiler of the cpp backend (and of the entries' tensor checks); None: ``g++``.
     cxx: str | None = None
+    # Cache entries check their tensors in one C++ call (frontend/native_checks.py), built
+    # once per machine; off: in Python, one check per tensor.
+    native_checks: bool = True
     # Kernel compile worker processes at most; None: one fewer than the CPUs (at most 31).
     compile_workers: int | None = None
     # A status line for a compile still running after a few seconds, on an interactive
@@ -120,6 +123,7 @@ class Options:
             split_reduction_min_elements=_env_int("SURGE_SPLIT_REDUCTION_MIN_ELEMENTS", 65536),
             pad_matmuls=_env_bool("SURGE_PAD_MATMULS", None),
             cxx=_env_str("SURGE_CXX", None),
+            native_checks=_env_bool("SURGE_NATIVE_CHECKS", True),
             compile_workers=_env_optional_int("SURGE_COMPILE_WORKERS"),
             progress=_env_str("SURGE_PROGRESS", None) != "0",
             persistent_reduction_limit=_env_int("SURGE_PERSISTENT_REDUCTION_LIMIT", 8192),

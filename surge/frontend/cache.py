@@ -13,7 +13,8 @@ import weakref
 
 from .. import fallbacks, logs
 from ..counters import counters
-from . import disk_cache
+from ..options import default_cache_dir
+from . import disk_cache, native_checks
 from .cache_entry import CacheEntry
 from .codegen import MISS
 from .dynamic_dims import DynamicState
@@ -64,6 +65,7 @@ class CodeCache:
         return fallbacks.UserSite(self.code, fn.__qualname__, options.warn_fallbacks)
 
     def _compile_and_run(self, fn, args, kwargs, options, backend, records):
+        native_checks.start(default_cache_dir(options), options.cxx, options.native_checks)
         use_disk = self.use_disk and options.frontend_cache
         if use_disk:
             result = self._from_disk(fn, args, kwargs, options, backend, records)

@@ -15,6 +15,7 @@ import re
 
 import torch
 
+from . import native_checks
 from .guard_aliases import alias_roots
 from .guards import GuardSet, describe_actual
 from .sources import WEAK_SUFFIX, ConstSource, ConstTable, Source
@@ -144,7 +145,8 @@ def immutable_root(guards: GuardSet, guard) -> Source | None:
     return root
 
 
-def _guard_checks(codegen: EntryCodegen, guards: GuardSet, bound: dict, fast_paths: bool = True):
+def _guard_checks(codegen: EntryCodegen, guards: GuardSet, bound: dict, fast_paths: bool = True,
+                  batch_tensors: bool = False):
     """(guard, condition, comment) per check, in guard order; the lines a condition needs
     are added to ``codegen.lines`` before it is yielded. A ``bound`` constant is read from
     the call at its first identity guard (``K = v3``) and checked to be alike.
@@ -154,8 +156,12 @@ def _guard_checks(codegen: EntryCodegen, guards: GuardSet, bound: dict, fast_pat
     object seen at capture passes them all by construction; another object (an alike
     module's own tuple, a new value) is checked fact by fact. And the guards below a
     source that ``guard_aliases`` found covered by an earlier one's are checked only when
-    the call's two objects are not one object (``a3 = v9 is v2``, then ``a3 or (...)``)."""
+    the call's two objects are not one object (``a3 = v9 is v2``, then ``a3 or (...)``).
+
+    With ``batch_tensors``, the static tensors are read where their guards stand and
+    checked together after the other guards, in one ``TensorChecks`` call (native_checks.py)."""
     assigned: list = []
+    batched: list = []  # (the local holding a tensor, its spec)
     aliases = alias_roots(guards, set(bound)) if fast_paths else {}
     alias_tests: dict = {}  # aliased source -> the local holding its identity test
     group = None  # [root, identity test, conditions, texts, first guard]
@@ -178,6 +184,9 @@ def _guard_checks(codegen: EntryCodegen, guards: GuardSet, bound: dict, fast_pat
             group[2].append(codegen.condition(guard, codegen.inline(guard.source, root)))
             group[3].append(guard.text)
             continue
+        if batch_tensors and guard.tensor_spec is not None:
+            batched.append((codegen.value_of(guard.source), guard.tensor_spec))
+            continue
         target = identity_target(guard)
         if target in bound and target not in assigned:
             assigned.append(target)
@@ -187,6 +196,10 @@ def _guard_checks(codegen: EntryCodegen, guards: GuardSet, bound: dict, fast_pat
         yield guard, codegen.condition(guard), guard.text
     if group is not None:
         yield _group_check(group)
+    if batched:
+        checks = codegen.consts.ref(native_checks.TensorChecks([spec for _value, spec in batched]), "tensor_checks")
+        yield (None, f"{checks}.run({', '.join(value for value, _spec in batched)})",
+               f"{len(batched)} tensors: class, dtype, device, shape, stride, requires_grad as captured")
     distinct = _distinct_check(assigned, dict(codegen.consts.objects()))
     if distinct is not None:
         # The trace took them for distinct objects (a write through one not seen through another).
@@ -239,7 +252,7 @@ def entry_source(guards: GuardSet, consts: ConstTable, *, input_sources: list, r
     weak_constants = bound is None
     if bound is None:
         bound = module_bindings(guards, consts)
-    for _guard, cond, text in _guard_checks(codegen, guards, bound):
+    for _guard, cond, text in _guard_checks(codegen, guards, bound, batch_tensors=native_checks.batching()):
         codegen.lines.append(f"if not ({cond}):  # {text}")
         codegen.lines.append("    return MISS")
     inputs = [codegen.value_of(s) for s in input_sources]

@@ -124,7 +124,7 @@ def code_key(code: types.CodeType, options: Options) -> str | None:
 
 # Options that change neither a capture nor compiled code: where files go, the progress
 # line, how many compile processes run.
-CAPTURE_NEUTRAL_OPTIONS = frozenset({"cache_dir", "debug_dir", "progress", "compile_workers"})
+CAPTURE_NEUTRAL_OPTIONS = frozenset({"cache_dir", "debug_dir", "progress", "compile_workers", "native_checks"})
 
 
 def _options_key(options: Options) -> str:
@@ -378,20 +378,16 @@ def make_record(tracer, gm, *, input_sources: list, return_expr, effects) -> Rec
                 continue  # the standard library's frozen modules: the Python version is in the key
             stat = os.stat(path)  # a file that is not there (exec'd code): not stored
             files[path] = (stat.st_size, stat.st_mtime_ns)
-        consts, bound = {}, {}
         identity_guarded = _identity_guarded(tracer.guards)
-        for name, value in list(tracer.consts.objects()):
-            if isinstance(value, torch.nn.Module) and name in identity_guarded:
-                bound[name] = module_check(value, tracer.consts.ref(type(value), type(value).__name__))
-                continue
-            consts[name] = _recipe(value)
-        for name, value in tracer.consts.objects():  # the classes the checks above added
-            if name not in consts and name not in bound:
-                consts[name] = _recipe(value)
-        graph = _encode_graph(gm) if gm is not None else None
+        bound = {name: module_check(value, tracer.consts.ref(type(value), type(value).__name__))
+                 for name, value in list(tracer.consts.objects())
+                 if isinstance(value, torch.nn.Module) and name in identity_guarded}
         name, source = entry_source(tracer.guards, tracer.consts, input_sources=input_sources,
                                     return_expr=return_expr, effects=effects, has_graph=gm is not None,
                                     bound=bound)
+        # every constant the source names, with those the module checks and the source added
+        consts = {name: _recipe(value) for name, value in tracer.consts.objects() if name not in bound}
+        graph = _encode_graph(gm) if gm is not None else None
     except Exception as why:  # storing is an optimization: the capture itself stands
         logs.log("perf", f"frontend disk cache: capture not stored ({type(why).__name__}: {why})")
         return None

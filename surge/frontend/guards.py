@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from .global_state import functorch_transform_active, torch_function_mode_active
+from .native_checks import spec_of
 from .sources import ConstTable, Source
 from .variables.constant import is_numpy_scalar
 
@@ -35,6 +36,9 @@ class Guard:
     # (token, source) pairs: each "{@name}" token in the condition is that source's value
     # (conditions on several symbolic sizes, dynamic_dims.py).
     more: tuple = ()
+    # A static tensor's guard: what ``native_checks`` compares, where an entry checks its
+    # tensors in one call (None: checked by ``condition`` only).
+    tensor_spec: tuple | None = None
 
     def key(self):
         return (self.source, self.condition, self.other, self.more)
@@ -59,8 +63,8 @@ class GuardSet:
         self.immutable: dict[Source, str | None] = {}
 
     def add(self, source: Source | None, condition: str, text: str, other: Source | None = None,
-            actual=None, more: tuple = ()) -> None:
-        guard = Guard(source, condition, text, other, actual, more)
+            actual=None, more: tuple = (), tensor_spec: tuple | None = None) -> None:
+        guard = Guard(source, condition, text, other, actual, more, tensor_spec)
         if guard.key() in self._keys:
             return
         self._keys.add(guard.key())
@@ -94,7 +98,8 @@ class GuardSet:
             f"{source.name()}: {type(value).__name__}({str(value.dtype).replace('torch.', '')}, "
             f"{value.device}, shape={list(shape)}, stride={list(stride)}, requires_grad={value.requires_grad})"
         )
-        self.add(source, condition, text, actual=_tensor_difference(_tensor_fields(value)))
+        self.add(source, condition, text, actual=_tensor_difference(_tensor_fields(value)),
+                 tensor_spec=spec_of(value))
 
     def constant(self, source: Source, value) -> None:
         self._captured(source, value)

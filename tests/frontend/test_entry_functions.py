@@ -8,6 +8,7 @@ import torch
 import surge
 from frontend_helpers import compile_strict, same
 
+from surge.frontend import native_checks
 from surge.frontend.cache import cache_for
 
 
@@ -36,7 +37,10 @@ def test_first_example_end_to_end():
     assert surge.counters["cache_hits"] == 2 and surge.counters["cache_misses"] == 1
 
 
-def test_each_entry_is_one_generated_function_with_every_guard():
+@pytest.mark.parametrize("batched", [False, True], ids=["inline", "batched"])
+def test_each_entry_is_one_generated_function_with_every_guard(monkeypatch, batched):
+    # The tensors are checked inline, or (native_checks.py) in one call after the other guards.
+    monkeypatch.setattr(native_checks, "batching", lambda: batched)
     compiled, rec = compile_strict(block)
     compiled(*block_args())
     (entry,) = entries_of(block, rec)
@@ -45,9 +49,10 @@ def test_each_entry_is_one_generated_function_with_every_guard():
     # Straight-line checks, no loop over a guard list.
     code_lines = [line.split("#")[0] for line in source.splitlines()]
     assert not any(line.strip().startswith(("for ", "while ")) for line in code_lines)
-    for text in ("dtype is", "stride()", "requires_grad is False", "is_grad_enabled()", "get_default_dtype()",
-                 ".shape == (4, 8)"):
+    tensor_facts = ("dtype is", "stride()", "requires_grad is False", ".shape == (4, 8)")
+    for text in ("is_grad_enabled()", "get_default_dtype()") + (("4 tensors: ",) if batched else tensor_facts):
         assert text in source, text
+    assert batched == ("dtype is" not in source)
     assert "out = compiled(" in source
     # Every guard's readable form is listed.
     assert "L['x']: Tensor(float32, cpu, shape=[4, 8], stride=[8, 1]" in entry.guards_text
