@@ -15,7 +15,7 @@ from .helpers import aten_graph
 
 # Options that steer the frontend (capture, guards, recompiles), not the backend stages.
 FRONTEND_OPTIONS = {"backend", "fullgraph", "dynamic", "mode", "cache_size_limit", "frontend_cache",
-                    "capture_scalar_outputs", "capture_dynamic_output_shape_ops"}
+                    "capture_scalar_outputs", "capture_dynamic_output_shape_ops", "native_checks"}
 
 
 def _changed(value):
