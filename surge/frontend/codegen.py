@@ -8,6 +8,7 @@ plain Python source (printed under ``SURGE_LOGS=guards``), executed once.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import functools
 import itertools
 import math
@@ -17,7 +18,7 @@ import torch
 
 from . import native_checks
 from .guard_aliases import alias_roots
-from .guards import GuardSet, describe_actual
+from .guards import NO_FORWARD_HOOKS, GuardSet, describe_actual
 from .sources import WEAK_SUFFIX, ConstSource, ConstTable, Source
 
 
@@ -104,6 +105,7 @@ _ORIGINAL_BUILTINS = {**vars(builtins), "math": math}
 def exec_entry(name: str, source: str, namespace: dict):
     """The function an entry's source defines, its globals ``namespace``."""
     namespace.setdefault("__builtins__", _ORIGINAL_BUILTINS)
+    namespace.setdefault("surge_native", native_checks.CALLS)
     exec(compile(source, f"<{name}>", "exec"), namespace)
     return namespace[name]
 
@@ -111,7 +113,11 @@ def exec_entry(name: str, source: str, namespace: dict):
 def module_check(module: torch.nn.Module, cls_name: str) -> str:
     """What the trace took for granted of a module it held by identity (``{v}``: the
     call's module): its class, whether the instance overrides ``forward`` and whether it
-    has backward hooks. Everything else it read is guarded where it was read."""
+    has backward hooks. Everything else it read is guarded where it was read. One call
+    where the native checks are (native_checks.ModuleCalls)."""
+    if native_checks.batching():
+        return (f"surge_native.module_alike({{v}}, {cls_name}, {'forward' in module.__dict__}, "
+                f"{bool(module._backward_hooks or module._backward_pre_hooks)})")
     forward = "in" if "forward" in module.__dict__ else "not in"
     backward_hooks = "" if module._backward_hooks or module._backward_pre_hooks else "not "
     return (f"type({{v}}) is {cls_name} and 'forward' {forward} {{v}}.__dict__ "
@@ -146,7 +152,7 @@ def immutable_root(guards: GuardSet, guard) -> Source | None:
 
 
 def _guard_checks(codegen: EntryCodegen, guards: GuardSet, bound: dict, fast_paths: bool = True,
-                  batch_tensors: bool = False):
+                  native: bool = False):
     """(guard, condition, comment) per check, in guard order; the lines a condition needs
     are added to ``codegen.lines`` before it is yielded. A ``bound`` constant is read from
     the call at its first identity guard (``K = v3``) and checked to be alike.
@@ -158,8 +164,9 @@ def _guard_checks(codegen: EntryCodegen, guards: GuardSet, bound: dict, fast_pat
     source that ``guard_aliases`` found covered by an earlier one's are checked only when
     the call's two objects are not one object (``a3 = v9 is v2``, then ``a3 or (...)``).
 
-    With ``batch_tensors``, the static tensors are read where their guards stand and
-    checked together after the other guards, in one ``TensorChecks`` call (native_checks.py)."""
+    With ``native`` (native_checks.py), the static tensors are read where their guards
+    stand and checked together after the other guards, in one ``TensorChecks`` call, and
+    a module's hooks are checked by one call in place."""
     assigned: list = []
     batched: list = []  # (the local holding a tensor, its spec)
     aliases = alias_roots(guards, set(bound)) if fast_paths else {}
@@ -184,9 +191,11 @@ def _guard_checks(codegen: EntryCodegen, guards: GuardSet, bound: dict, fast_pat
             group[2].append(codegen.condition(guard, codegen.inline(guard.source, root)))
             group[3].append(guard.text)
             continue
-        if batch_tensors and guard.tensor_spec is not None:
+        if native and guard.tensor_spec is not None:
             batched.append((codegen.value_of(guard.source), guard.tensor_spec))
             continue
+        if native and guard.condition == NO_FORWARD_HOOKS:
+            guard = dataclasses.replace(guard, condition="surge_native.no_forward_hooks({v})")
         target = identity_target(guard)
         if target in bound and target not in assigned:
             assigned.append(target)
@@ -252,7 +261,7 @@ def entry_source(guards: GuardSet, consts: ConstTable, *, input_sources: list, r
     weak_constants = bound is None
     if bound is None:
         bound = module_bindings(guards, consts)
-    for _guard, cond, text in _guard_checks(codegen, guards, bound, batch_tensors=native_checks.batching()):
+    for _guard, cond, text in _guard_checks(codegen, guards, bound, native=native_checks.batching()):
         codegen.lines.append(f"if not ({cond}):  # {text}")
         codegen.lines.append("    return MISS")
     inputs = [codegen.value_of(s) for s in input_sources]
@@ -353,7 +362,7 @@ def generate_diagnosis(guards: GuardSet, consts: ConstTable):
     lines[1:1] = _indent([f"{name} = {name}{WEAK_SUFFIX}()" for name in consts.weak], 1)
     namespace = dict(consts.values)
     namespace.update(failed=functools.partial(_failure_text, checks), ABSENT=_ABSENT)
-    namespace["__builtins__"] = _ORIGINAL_BUILTINS
+    namespace.update(__builtins__=_ORIGINAL_BUILTINS, surge_native=native_checks.CALLS)
     exec(compile("\n".join(lines) + "\n", "<surge_guard_diagnosis>", "exec"), namespace)
     return namespace["diagnose"]
 

@@ -21,6 +21,8 @@ from .variables.constant import is_numpy_scalar
 # Python values a guard compares by value; every other object is compared by
 # identity or by type.
 VALUE_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis))
+# A module's "no forward hooks" guard (codegen turns it into one call where it can).
+NO_FORWARD_HOOKS = "not ({v}._forward_hooks or {v}._forward_pre_hooks)"
 # Tensor classes whose properties are torch's own (a subclass may redefine ``is_cpu``).
 _TORCH_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 
@@ -161,7 +163,7 @@ class GuardSet:
 
     def hooks(self, source: Source, pre_hooks: tuple, hooks: tuple) -> None:
         if not pre_hooks and not hooks:
-            self.add(source, "not ({v}._forward_hooks or {v}._forward_pre_hooks)",
+            self.add(source, NO_FORWARD_HOOKS,
                      f"{source.name()} has no forward hooks", actual=_hook_counts(0, 0))
             return
         pre = "(" + "".join(self.consts.ref(h, "hook") + ", " for h in pre_hooks) + ")"

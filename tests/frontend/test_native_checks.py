@@ -96,3 +96,56 @@ def test_an_entry_recompiles_when_a_parameter_changes_under_it(extension):
         x = torch.randn(3, 8)
         torch.testing.assert_close(compiled(x), model(x))
         assert surge.counters["recompiles"] == min(k, 2), k   # the last one: a new tensor, alike
+
+
+def _module_cases():
+    plain = torch.nn.Linear(2, 2)
+    forward = torch.nn.Linear(2, 2)
+    forward.forward = lambda x: x
+    backward = torch.nn.Linear(2, 2)
+    backward.register_full_backward_hook(lambda *a: None)
+    backward_pre = torch.nn.Linear(2, 2)
+    backward_pre.register_full_backward_pre_hook(lambda *a: None)
+    hooked = torch.nn.Linear(2, 2)
+    hooked.register_forward_hook(lambda *a: None)
+    pre_hooked = torch.nn.Linear(2, 2)
+    pre_hooked.register_forward_pre_hook(lambda *a: None)
+    sub = type("MyLinear", (torch.nn.Linear,), {})(2, 2)
+    return [plain, forward, backward, backward_pre, hooked, pre_hooked, sub, torch.nn.ReLU()]
+
+
+def test_module_checks_answer_as_the_python_ones(extension):
+    python, native = native_checks.ModuleCalls(), native_checks.ModuleCalls()
+    native.use(extension)
+    assert native.module_alike is extension.module_alike
+    for m in _module_cases():
+        for cls in (torch.nn.Linear, type(m)):
+            for forward_in_dict in (False, True):
+                for backward_hooks in (False, True):
+                    want = python.module_alike(m, cls, forward_in_dict, backward_hooks)
+                    assert native.module_alike(m, cls, forward_in_dict, backward_hooks) is want, (m, cls)
+        assert native.no_forward_hooks(m) is python.no_forward_hooks(m), m
+    for thing in (object(), 3, torch.randn(2)):   # no hook tables: both raise (the entry misses)
+        assert native.module_alike(thing, torch.nn.Linear, False, False) is False
+        with pytest.raises(AttributeError):
+            python.no_forward_hooks(thing)
+        with pytest.raises(AttributeError):
+            native.no_forward_hooks(thing)
+
+
+def test_an_entry_recompiles_when_a_module_gets_hooks_or_a_forward(extension):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    compiled = surge.compile(model, backend="eager")
+    compiled(torch.randn(2, 4))
+    (source,) = [e.source for cache in list(surge.frontend.cache._ALL) for e in cache.entries]
+    assert "surge_native.module_alike(" in source and "surge_native.no_forward_hooks(" in source
+    calls = []
+    changes = [lambda: model[1].register_forward_hook(lambda *a: calls.append("hook")),
+               lambda: model[0].register_full_backward_hook(lambda *a: None),
+               lambda: setattr(model[0], "forward", lambda x: 2 * x)]
+    for k, change in enumerate(changes, start=1):
+        change()
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(compiled(x), model(x))
+        assert surge.counters["recompiles"] >= k
+    assert calls   # the hook ran in the compiled call
