@@ -256,6 +256,7 @@ raise SystemExit(_worker_main())
 
 class _Worker:
     def __init__(self):
+        self.is_ready = False
         env = dict(os.environ, TRITON_INTERPRET="0")
         # the folder holding the surge package (this file is surge/runtime/compile_pool.py)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -274,10 +275,10 @@ class _Worker:
 
     def ready(self) -> bool:
         try:
-            return pickle.load(self.proc.stdout) == "ready"
-        except Exception:  # it could not start (an import failed): the pool does without it
+            self.is_ready = pickle.load(self.proc.stdout) == "ready"
+        except Exception:  # it could not start (an import failed, or it was retired): the pool does without it
             self.close()
-            return False
+        return self.is_ready
 
     def run(self, job: KernelJob) -> tuple:
         pickle.dump(job.message(for_worker=True), self.proc.stdin)
@@ -408,6 +409,24 @@ class CompilePool:
         for thread in builds:
             thread.join()
         self._account(jobs, time.perf_counter() - self.batch_start)
+        self._retire_starting()
+
+    def _retire_starting(self) -> None:
+        """Stop the workers still starting when a batch is done. They took none of its jobs
+        (its kernels were in Triton's cache, or few), and starting (importing Triton, the
+        warm-up compile) keeps a CPU busy each for a second or two, just when the compiled
+        graph starts running on this host: a DeiT-S step measured right after a compile of
+        cached kernels took 2x longer while 15 workers started. A later batch starts workers
+        again."""
+        with self.lock:
+            starting = [w for w in self.workers if not w.is_ready]
+            self.workers = [w for w in self.workers if w.is_ready]
+        for worker in starting:
+            with contextlib.suppress(OSError):
+                worker.proc.kill()
+            worker.close()
+        if starting:
+            logs.log("perf", f"stopped {len(starting)} kernel compile workers still starting after the batch")
 
     def _compile_here(self, job: KernelJob) -> None:
         start = time.perf_counter()

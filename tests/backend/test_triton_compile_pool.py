@@ -91,12 +91,22 @@ PROGRAM = textwrap.dedent("""
         worker.close()
     elif mode == "pool":
         compile_pool.start_workers(len(jobs), Options.from_env().compile_workers)
+        out["workers"] = len(compile_pool.POOL.workers)
         ran = compile_pool.prepare(jobs)
         out["ran"] = len(ran)
-        out["workers"] = len(compile_pool.POOL.workers)
         out["errors"] = [j.error for j in ran if j.error]
         out["again"] = len(compile_pool.prepare(jobs_of(paths)))
         out["entries"] = len(cache_entries())
+        # a batch whose kernels are all in Triton's cache ends before a worker is ready: the
+        # workers still starting are stopped, and the next batch starts its own
+        warm = compile_pool.CompilePool()
+        warm.start_workers(len(jobs), 1)
+        starting = list(warm.workers)
+        warm.prepare(jobs_of(paths))
+        out["retired"] = [len(starting), len(warm.workers), [w.proc.wait(10) is not None for w in starting]]
+        warm.start_workers(len(jobs), 1)
+        out["restarted"] = len(warm.workers)
+        warm.shutdown()
         # workers that cannot start: the calling process compiles everything itself
         broken = compile_pool.CompilePool()
         compile_pool.sys.executable = "/bin/false"
@@ -175,6 +185,7 @@ def test_pool_compiles_each_distinct_kernel_once(tmp_path):
     assert out["ran"] == 3 and out["errors"] == [] and out["workers"] == 1
     assert out["again"] == 0, "a kernel compiled once in a process is not compiled again"
     assert out["entries"] >= 3
+    assert out["retired"] == [1, 0, [True]] and out["restarted"] == 1
     assert out["fallback"] == [3, 3, []]
 
 
