@@ -18,7 +18,7 @@ import torch
 
 from . import native_checks
 from .guard_aliases import alias_roots
-from .guards import NO_FORWARD_HOOKS, GuardSet, describe_actual
+from .guards import GuardSet, describe_actual
 from .sources import WEAK_SUFFIX, ConstSource, ConstTable, Source
 
 
@@ -166,7 +166,7 @@ def _guard_checks(codegen: EntryCodegen, guards: GuardSet, bound: dict, fast_pat
 
     With ``native`` (native_checks.py), the static tensors are read where their guards
     stand and checked together after the other guards, in one ``TensorChecks`` call, and
-    a module's hooks are checked by one call in place."""
+    a guard with a ``native_condition`` is checked by that call in place."""
     assigned: list = []
     batched: list = []  # (the local holding a tensor, its spec)
     aliases = alias_roots(guards, set(bound)) if fast_paths else {}
@@ -194,8 +194,8 @@ def _guard_checks(codegen: EntryCodegen, guards: GuardSet, bound: dict, fast_pat
         if native and guard.tensor_spec is not None:
             batched.append((codegen.value_of(guard.source), guard.tensor_spec))
             continue
-        if native and guard.condition == NO_FORWARD_HOOKS:
-            guard = dataclasses.replace(guard, condition="surge_native.no_forward_hooks({v})")
+        if native and guard.native_condition is not None:
+            guard = dataclasses.replace(guard, condition=guard.native_condition)
         target = identity_target(guard)
         if target in bound and target not in assigned:
             assigned.append(target)

@@ -21,8 +21,6 @@ from .variables.constant import is_numpy_scalar
 # Python values a guard compares by value; every other object is compared by
 # identity or by type.
 VALUE_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis))
-# A module's "no forward hooks" guard (codegen turns it into one call where it can).
-NO_FORWARD_HOOKS = "not ({v}._forward_hooks or {v}._forward_pre_hooks)"
 # Tensor classes whose properties are torch's own (a subclass may redefine ``is_cpu``).
 _TORCH_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 
@@ -41,6 +39,9 @@ class Guard:
     # A static tensor's guard: what ``native_checks`` compares, where an entry checks its
     # tensors in one call (None: checked by ``condition`` only).
     tensor_spec: tuple | None = None
+    # The same condition as a call of ``native_checks.CALLS`` (``surge_native``), used
+    # where entries check through the extension (None: ``condition`` everywhere).
+    native_condition: str | None = None
 
     def key(self):
         return (self.source, self.condition, self.other, self.more)
@@ -65,8 +66,9 @@ class GuardSet:
         self.immutable: dict[Source, str | None] = {}
 
     def add(self, source: Source | None, condition: str, text: str, other: Source | None = None,
-            actual=None, more: tuple = (), tensor_spec: tuple | None = None) -> None:
-        guard = Guard(source, condition, text, other, actual, more, tensor_spec)
+            actual=None, more: tuple = (), tensor_spec: tuple | None = None,
+            native_condition: str | None = None) -> None:
+        guard = Guard(source, condition, text, other, actual, more, tensor_spec, native_condition)
         if guard.key() in self._keys:
             return
         self._keys.add(guard.key())
@@ -163,8 +165,9 @@ class GuardSet:
 
     def hooks(self, source: Source, pre_hooks: tuple, hooks: tuple) -> None:
         if not pre_hooks and not hooks:
-            self.add(source, NO_FORWARD_HOOKS,
-                     f"{source.name()} has no forward hooks", actual=_hook_counts(0, 0))
+            self.add(source, "not ({v}._forward_hooks or {v}._forward_pre_hooks)",
+                     f"{source.name()} has no forward hooks", actual=_hook_counts(0, 0),
+                     native_condition="surge_native.no_forward_hooks({v})")
             return
         pre = "(" + "".join(self.consts.ref(h, "hook") + ", " for h in pre_hooks) + ")"
         post = "(" + "".join(self.consts.ref(h, "hook") + ", " for h in hooks) + ")"

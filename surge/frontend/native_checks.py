@@ -213,8 +213,9 @@ class TensorChecks:
         self.specs = tuple(specs)
         self.run = _python_run(self.specs)
         with _LOCK:
-            _WAITING.add(self)
             module = _STATE["module"]
+            if module is None:   # switched when it loads
+                _WAITING.add(self)
         if module is not None:
             self.use(module)
 
@@ -223,9 +224,6 @@ class TensorChecks:
 
     def __reduce__(self):
         return TensorChecks, (self.specs,)
-
-    def __len__(self):
-        return len(self.specs)
 
 
 def _python_run(specs: tuple):
@@ -376,6 +374,7 @@ def _load(path: str) -> None:
     with _LOCK:
         _STATE["module"], _STATE["status"] = module, "ready"
         waiting = list(_WAITING)
+        _WAITING.clear()
     for checks in waiting:
         checks.use(module)
     logs.log("perf", f"tensor checks run in C++ ({path})")
