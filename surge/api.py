@@ -50,21 +50,28 @@ def compile(
 
 
 def build_options(*, backend, fullgraph, dynamic, mode, options) -> Options:
-    if mode not in SUPPORTED_MODES:
-        raise ValueError(
-            f"surge.compile: mode={mode!r} is not a mode; modes: {SUPPORTED_MODES}"
-        )
-    if dynamic not in SUPPORTED_DYNAMIC:
-        raise ValueError(
-            f"surge.compile: dynamic={dynamic!r}: use None (sizes that change become symbolic), "
-            "True (every size symbolic) or False (every size static)"
-        )
     from .backends import lookup_backend
 
-    if backend is not None:
-        lookup_backend(backend)  # fail now, at the user's call site, on a bad name
     opts = Options.from_env().with_user_options(options)
-    return opts.replace(backend=backend, fullgraph=bool(fullgraph), dynamic=dynamic, mode=mode).with_mode()
+    # The keywords and the same names in ``options`` are one setting: a keyword left at its
+    # default keeps what ``options`` says, two different values are an error.
+    given = {"backend": backend, "fullgraph": fullgraph or None, "dynamic": dynamic, "mode": mode}
+    for name, value in given.items():
+        if value is not None and name in (options or {}) and options[name] != value:
+            raise ValueError(f"surge.compile: {name}={value!r} and options[{name!r}]={options[name]!r} disagree")
+    opts = opts.replace(**{name: value for name, value in given.items() if value is not None})
+    if opts.mode not in SUPPORTED_MODES:
+        raise ValueError(
+            f"surge.compile: mode={opts.mode!r} is not a mode; modes: {SUPPORTED_MODES}"
+        )
+    if opts.dynamic not in SUPPORTED_DYNAMIC:
+        raise ValueError(
+            f"surge.compile: dynamic={opts.dynamic!r}: use None (sizes that change become symbolic), "
+            "True (every size symbolic) or False (every size static)"
+        )
+    if opts.backend is not None:
+        lookup_backend(opts.backend)  # fail now, at the user's call site, on a bad name
+    return opts.replace(fullgraph=bool(opts.fullgraph)).with_mode()
 
 
 def reset() -> None:

@@ -61,3 +61,18 @@ def test_the_same_options_share_one_bound_backend():
 def test_bad_backend_name_is_refused_at_compile_time():
     with pytest.raises(ValueError, match="unknown backend"):
         surge.compile(block, backend="nope")
+
+
+def test_options_may_name_the_backend_and_the_other_keywords():
+    compiled = surge.compile(block, options={"backend": "eager", "fullgraph": True})
+    compiled(*block_args())
+    assert surge.counters["kernels"] == 0   # the eager backend ran, not the default one
+    options = surge.api.build_options(backend=None, fullgraph=False, dynamic=None, mode=None,
+                                      options={"fullgraph": True, "mode": "reduce-overhead", "dynamic": False})
+    assert options.fullgraph is True and options.cudagraphs is True and options.dynamic is False
+    with pytest.raises(ValueError, match="disagree"):
+        surge.compile(block, backend="cpp", options={"backend": "eager"})
+    with pytest.raises(ValueError, match="is not a mode"):
+        surge.compile(block, options={"mode": "fastest"})
+    with pytest.raises(ValueError, match="unknown backend"):
+        surge.compile(block, options={"backend": "nope"})
