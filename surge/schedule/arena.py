@@ -21,6 +21,8 @@ What stays outside (its own allocation, as before):
   can take it: the peak stays what it was (glibc also serves blocks above 32 MB with a
   fresh ``mmap``, whose page faults cost more than a whole call's allocator calls);
 - extern results, which torch allocates (``bench/NOTES.md`` measures ``out=`` forms);
+- the first operand of an extern op that reads its storage rather than its elements
+  (``STORAGE_RELATIVE``): a view into the arena would be taken for the whole arena;
 - where the target says a view of the arena costs more than an allocation
   (``Target.views_in_arena``: C++), the buffers extern calls read, of which the host
   code needs a tensor: there only buffers that kernels alone read live in the arena,
@@ -37,6 +39,7 @@ import dataclasses
 import itertools
 
 import sympy
+import torch
 
 from ..lowering.ir import ComputedBuffer, ExternBuffer, Layout, TensorArg
 from ..lowering.size_vars import DEFAULT_LOWER_BOUND
@@ -142,6 +145,27 @@ def _chains(plan, outside: set) -> tuple:
             {name: root for name, root in root_of.items() if root in keep})
 
 
+# Extern ops whose result depends on their first operand's storage, not only on its
+# elements: ``as_strided`` counts its offset from the storage's start, and ATen's
+# ``*_scatter`` ops clone the whole storage (``clone_preserve_strides``) before scattering,
+# ``as_strided_scatter`` at an offset from the storage's start. Given a view into the
+# arena, they would copy the whole arena and scatter at the arena's start: the result
+# (the view's window of the copy) would not hold the scattered values.
+STORAGE_RELATIVE = frozenset({
+    torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_copy.default,
+    torch.ops.aten.as_strided_scatter.default, torch.ops.aten.slice_scatter.default,
+    torch.ops.aten.select_scatter.default, torch.ops.aten.diagonal_scatter.default,
+})
+
+
+def storage_operands(graph) -> set:
+    """The buffers that extern calls read as storages (``STORAGE_RELATIVE``): each keeps
+    an allocation of its own."""
+    return {buf.args[0].buffer for buf in graph.buffers
+            if isinstance(buf, ExternBuffer) and buf.op in STORAGE_RELATIVE
+            and buf.args and isinstance(buf.args[0], TensorArg)}
+
+
 def extern_operands(graph) -> set:
     """The buffers extern calls read: the host code holds a tensor of each."""
     names = set()
@@ -170,6 +194,7 @@ def plan_arena(graph, plan, target) -> Arena:
     by_name, sizes = graph.by_name, graph.sizes
     # never freed: a graph output, or a storage that one holds (a view's base)
     outside = {name for sm in plan.steps for name, _ in sm.allocate if name not in freed_at}
+    outside |= storage_operands(graph)
     if not target.views_in_arena:
         outside |= extern_operands(graph)
     chains, root_of = _chains(plan, outside)

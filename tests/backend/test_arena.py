@@ -237,3 +237,29 @@ def test_compiled_triton_kernels_get_addresses_of_the_arenas_kernel_only_buffers
         args = _inputs(device=DEVICE)
         for actual, expected in zip(run(list(args)), many_intermediates(*args)):
             torch.testing.assert_close(actual, expected, atol=1e-3, rtol=1e-3)
+
+
+def scatter_into_a_fresh_buffer(x, w):
+    """What autograd's ``as_strided`` backward traces to: zeros, and the gradient scattered
+    into them at offsets counted from their storage's start. ``a`` is alive meanwhile, so
+    the zeros' buffer would sit above it in the arena."""
+    a = torch.softmax(x, -1)
+    zeros = torch.zeros(x.numel(), device=x.device) + w.sum()
+    scattered = torch.ops.aten.as_strided_scatter(zeros, a * 2, list(x.shape), [x.shape[1], 1], 0)
+    return (scattered.view(x.shape) + a) @ w
+
+
+def test_an_operand_read_as_a_storage_keeps_its_own_allocation():
+    """A ``*_scatter`` or ``as_strided`` extern given a view into the arena would clone the
+    whole arena and scatter at its start, outside the result's window (zero gradients
+    through a timm ConvNeXt's head on the GPU)."""
+    inputs = _inputs(device=DEVICE)
+    compiled = compile_fn(scatter_into_a_fresh_buffer, *inputs, options=_options())
+    graph = compiled.schedule.graph
+    operands = [b.args[0].buffer for b in graph.buffers
+                if getattr(b, "op", None) is torch.ops.aten.as_strided_scatter.default]
+    assert operands, "the scatter is an extern call"
+    for _ in range(2):
+        assert_matches_eager(scatter_into_a_fresh_buffer, compiled, *_inputs(device=DEVICE), atol=1e-4, rtol=1e-4)
+    assert not set(operands) & set(compiled.schedule.memory.arena.root_of), str(compiled.schedule.memory)
+    check_arena(compiled.schedule)
