@@ -15,7 +15,9 @@ An index value is taken as eager's op takes it (``IndexRule``: negative from the
 ``index_put``, out of range for ``scatter``); one out of range is stored nowhere, and the
 kernel reports it so that the host code raises what eager raises. Duplicate indices store one of their values, as
 eager leaves unspecified. Scatters that add (``accumulate=True``, ``scatter_add``,
-``index_add``) and reducing scatters stay ATen calls.
+``index_add``) and reducing scatters stay ATen calls. ``as_strided_scatter`` is lowered where its window is
+every element of its base in order (autograd's gradient of a view that covers its base);
+other windows stay ATen calls.
 """
 from __future__ import annotations
 
@@ -25,9 +27,9 @@ import torch
 from .ops_index import (ADVANCED_INDEXING, COUNTED_FROM_ZERO, COUNTED_FROM_ZERO_RUNTIME, advanced_indexing,
                         index_checker, index_tensor, indirect_symbol, size_value)
 from .ops_pointwise import broadcast_loader
-from .ops_view import _norm_dim, _select_index, index_at_least, index_less, slice_bounds
+from .ops_view import _norm_dim, _select_index, index_at_least, index_less, slice_bounds, view
 from .registry import NotLowered, register_lowering
-from .sizes import index_symbol
+from .sizes import contiguous_strides, index_symbol, product, sym
 from .tensor import LazyTensor
 from .values import Constant, IndexValue, Masked, Op, cast
 
@@ -148,6 +150,29 @@ def slice_scatter(ctx, base, src, dim=0, start=None, end=None, step=1):
         cond = conds[0] if len(conds) == 1 else Op("logical_and", conds, torch.bool)
         return Op("where", [cond, Masked(cond, cast(src.load(inner), dtype), 0), base.load(list(idx))], dtype)
     return LazyTensor(base.shape, dtype, ctx.device, loader=load)
+
+
+@register_lowering(aten.as_strided_scatter)
+def as_strided_scatter(ctx, base, src, size, stride, storage_offset=None):
+    """``base`` with ``src`` written over ``base.as_strided(size, stride, storage_offset)``
+    (offsets from the storage's start, as traced). Where the window is every element of a
+    row-major ``base`` in row-major order (the gradient of a flatten or a squeeze: zeros with
+    the whole gradient scattered over them), the result is ``src`` in ``base``'s shape,
+    which fuses; no copy of ``base``."""
+    traced = ctx.node.args[0].meta.get("val")
+    if not isinstance(base, LazyTensor) or not isinstance(src, LazyTensor) or traced is None:
+        raise NotLowered("as_strided_scatter of a value not traced")
+    shape = [sym(n) for n in size]
+    covers = (traced.storage_offset() == 0 and traced.is_contiguous() and (storage_offset or 0) == 0
+              and ctx.sizes.known_equal(product(shape), product(base.shape))
+              and all(ctx.sizes.known_equal(sym(a), b) for a, b in zip(stride, contiguous_strides(shape)))
+              and len(stride) == len(shape))
+    if not covers:
+        raise NotLowered("as_strided_scatter over part of its base")
+    whole = view(ctx, src, list(base.shape))
+    if whole.dtype == base.dtype:
+        return whole
+    return LazyTensor(base.shape, base.dtype, ctx.device, loader=lambda idx: cast(whole.load(idx), base.dtype))
 
 
 @register_lowering(aten.select_scatter)
