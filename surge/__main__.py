@@ -35,8 +35,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds of timed calls per workload and contender (default 1, 0.2 with --quick)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's); 1 steadies timings on a busy machine")
-    p.add_argument("--stored-peer", metavar="FILE.json", default=None,
-                   help="reuse torch.compile's rows from an earlier run's --json where the workload, "
+    p.add_argument("--stored-peer", metavar="FILE.json[,FILE.json]", default=None,
+                   help="reuse torch.compile's rows from earlier runs' --json where the workload, "
                         "sizes, device and library versions match (torch.compile is not run for them)")
     # Internal: the body of a fresh process timing one first call (prints JSON).
     p.add_argument("--probe", metavar="CONTENDER", help=argparse.SUPPRESS)

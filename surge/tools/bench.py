@@ -484,7 +484,7 @@ def run_bench(cfg: BenchConfig, on_result=None) -> dict:
     if cfg.stored_peer:
         peer = StoredPeer(cfg.stored_peer, env)
         if peer.mismatch:
-            print(f"surge bench: not reusing {cfg.stored_peer}: {peer.mismatch}; torch.compile runs",
+            print(f"surge bench: not reusing stored rows: {peer.mismatch}; torch.compile runs for them",
                   file=sys.stderr)
     results = []
     started = time.perf_counter()

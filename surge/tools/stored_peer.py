@@ -22,16 +22,23 @@ def _environment_key(env: dict) -> tuple:
 
 
 class StoredPeer:
-    """Stored torch.compile rows by workload name, or none when the environment differs."""
+    """Stored torch.compile rows by workload name, from one file or several (``a.json,b.json``:
+    a zoo measured in parts); files whose environment differs from this run's are not used."""
 
-    def __init__(self, path: str, environment: dict):
-        with open(path) as f:
-            stored = json.load(f)
-        self.path = path
-        self.started = stored.get("environment", {}).get("started")
-        same = _environment_key(stored.get("environment", {})) == _environment_key(environment)
-        self.mismatch = None if same else "its device or library versions differ from this run's"
-        self.rows = {w["name"]: w for w in stored.get("workloads", [])} if same else {}
+    def __init__(self, paths: str, environment: dict):
+        self.rows, self.origin, refused = {}, {}, []
+        for path in paths.split(","):
+            with open(path) as f:
+                stored = json.load(f)
+            if _environment_key(stored.get("environment", {})) != _environment_key(environment):
+                refused.append(path)
+                continue
+            started = stored.get("environment", {}).get("started")
+            for w in stored.get("workloads", []):
+                self.rows[w["name"]] = w
+                self.origin[w["name"]] = (started, path)
+        self.mismatch = (f"the device or library versions of {', '.join(refused)} differ from this run's"
+                         if refused else None)
 
     def row(self, name: str, sizes: dict, dtype: str) -> dict | None:
         """The stored torch.compile result of this workload (with its speedup), or None."""
@@ -42,5 +49,5 @@ class StoredPeer:
         speedup = (w.get("speedup_over_eager") or {}).get(PEER)
         if not result or result.get("status") != "ok" or not speedup:
             return None
-        return dict(result, stored_speedup=speedup,
-                    message=f"stored: measured {self.started or 'earlier'} ({self.path})")
+        started, path = self.origin[name]
+        return dict(result, stored_speedup=speedup, message=f"stored: measured {started or 'earlier'} ({path})")

@@ -225,3 +225,22 @@ def test_the_overhead_suite_runs_the_cuda_graph_contenders():
     assert wr.results["surge:reduce-overhead"].status == "ok", wr.results["surge:reduce-overhead"].message
     assert set(workloads.names("overhead")) == {"gelu_stack_16", "gpt2_b1_t8", "gpt2_decode_128",
                                                  "llama_decode_128"}
+
+
+def test_stored_rows_come_from_several_files_of_this_environment(tmp_path):
+    from surge.tools.stored_peer import StoredPeer
+
+    here = {"device": "cpu", "device_name": "x", "scale": "quick", "versions": {}}
+    ok = {"status": "ok"}
+    files = []
+    for k, (env, name) in enumerate([(here, "softmax"), (here, "layernorm"),
+                                     (dict(here, device_name="another card"), "gelu")]):
+        path = tmp_path / f"part{k}.json"
+        path.write_text(json.dumps({"environment": env, "workloads": [
+            {"name": name, "sizes": {}, "dtype": "float32", "results": {"torch.compile": ok},
+             "speedup_over_eager": {"torch.compile": 1.5}}]}))
+        files.append(str(path))
+    peer = StoredPeer(",".join(files), here)
+    assert peer.row("softmax", {}, "float32")["message"].endswith(f"({files[0]})")
+    assert peer.row("layernorm", {}, "float32")["stored_speedup"] == 1.5
+    assert peer.row("gelu", {}, "float32") is None and files[2] in peer.mismatch
