@@ -87,9 +87,11 @@ def break_code(code: types.CodeType, offset: int, layout: FrameLayout, *, count:
     start = call_start(code, offset)
     check_layout(code, start, layout)
     first = facts.index_of[start]
+    where = user_location(code, offset)
+    if facts.instructions[first].opname == "FOR_ITER" and count == 1:
+        return _loop_step(code, facts, first, layout, call_resume, where)
     last = facts.index_of[offset] + count - 1
     region = facts.instructions[first:last + 1]
-    where = user_location(code, offset)
     for ins in region:
         if ins.opname in _NOT_IN_REGION or _pushes_null(ins):
             raise BytecodeError(f"cannot hand {ins.opname} at offset {ins.offset} to CPython in a graph break ({where})")
@@ -122,6 +124,74 @@ def break_code(code: types.CodeType, offset: int, layout: FrameLayout, *, count:
     if logs.enabled("bytecode"):
         logs.log("bytecode", f"break code for {code.co_qualname} at {where}, layout {layout}\n{dump(new)}")
     return BreakCode(new, code, start, layout, tuple(exits))
+
+
+# What may follow a loop's FOR_ITER in the step a break hands to CPython: the stores of
+# the item into the loop's target (``for i, (a, b) in ...``), as long as they are all fast locals.
+_LOOP_TARGET = {"STORE_FAST", "UNPACK_SEQUENCE"}
+
+
+def _loop_step(code, facts, first: int, layout: FrameLayout, call_resume, where: str) -> BreakCode:
+    """Break code for one step of a ``for`` loop: CPython runs the FOR_ITER (and the stores
+    of the item into fast locals that follow it), then calls the resume function at the
+    body's start, or, once the iterator is exhausted, the one after the loop.
+
+    The resume function that traced up to this FOR_ITER had resumed inside the loop: each
+    iteration now goes through the same resume functions (``ResumedLoopIterator``). On
+    3.12 an exhausted FOR_ITER pops the iterator and jumps past the END_FOR at its target;
+    the exit's stub starts with an END_FOR CPython skips, as the compiler's code does.
+    """
+    depths = stack_depths(code)
+    for_iter = facts.instructions[first]
+    depth = depths[for_iter.offset]
+    last = first
+    position = first + 1
+    while position < len(facts.instructions) and facts.instructions[position].opname in _LOOP_TARGET:
+        following = facts.instructions[position + 1] if position + 1 < len(facts.instructions) else None
+        if following is None or following.offset not in depths:
+            break
+        if depths[following.offset] <= depth:
+            if depths[following.offset] == depth:
+                last = position  # the item is stored
+            break
+        position += 1
+    region = facts.instructions[first:last + 1]
+    stored = tuple(dict.fromkeys(ins.argval for ins in region if ins.opname == "STORE_FAST"
+                                 and ins.argval not in layout.live_locals))
+    body_offset = facts.instructions[last + 1].offset
+    body_stack = layout.stack + ((Slot.VALUE,) if last == first else ())
+    done_position = facts.index_of[for_iter.argval] + (1 if PY312 else 0)  # 3.12: past END_FOR
+    done_offset = facts.instructions[done_position].offset
+    done_stack = layout.stack[:-1]
+    if layout.stack[-1] is not Slot.VALUE or depths.get(done_offset) != len(done_stack) \
+            or depths.get(body_offset) != len(body_stack):
+        raise BytecodeError(f"cannot hand the loop step at offset {for_iter.offset} to CPython ({where})")
+
+    body = Body(code)
+    lineno = body.instr_at[for_iter.offset].lineno
+    prologue = reentry_prologue(body, for_iter.offset, layout, lineno)
+    body.drop_preamble()
+    body.cells_to_free()
+    body.checked_local_loads()
+
+    exits, stubs = [], []
+    for exit_offset, stack in ((body_offset, body_stack), (done_offset, done_stack)):
+        live = live_locals(code, exit_offset)
+        resume = resume_code(code, exit_offset, FrameLayout(stack, tuple(
+            n for n in layout.live_locals + stored if n in live)))
+        exits.append(Exit(exit_offset, resume))
+    body_label, done_label = Label(), Label()
+    body.instr_at[for_iter.offset].arg = done_label
+    end = body.instr_at[region[-1].offset]
+    body.items.insert(body.position(end) + 1, Instr("JUMP_FORWARD", body_label, lineno=end.lineno))
+    stubs += [body_label] + hand_off(exits[0].resume, lineno, call_resume)
+    stubs += [done_label] + ([Instr("END_FOR", lineno=lineno)] if PY312 else []) \
+        + hand_off(exits[1].resume, lineno, call_resume)
+    new = assemble(prologue + body.items + stubs, like=code, name=code.co_name, qualname=code.co_qualname,
+                   argnames=layout.param_names(), freevars=code.co_cellvars + code.co_freevars)
+    if logs.enabled("bytecode"):
+        logs.log("bytecode", f"loop step code for {code.co_qualname} at {where}, layout {layout}\n{dump(new)}")
+    return BreakCode(new, code, for_iter.offset, layout, tuple(exits))
 
 
 def _exits(code, facts, region, stack: tuple[Slot, ...]):

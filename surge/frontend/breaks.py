@@ -37,6 +37,7 @@ from .interpreter.frame import LazyInput
 from .reconstruct import ReturnCodegen, collect_tensor_outputs
 from .resume import mark_fresh_locals
 from .sources import ClosureSource, RootFunctionSource
+from .tail_calls import TailCall
 from .variables.base import NULL
 from .variables.containers import DictVariable, IteratorVariable, ListVariable, SetVariable, TupleVariable
 from .variables.autocast import AutocastContextVariable, autocast_expression
@@ -51,7 +52,7 @@ from .variables.device_modes import DeviceBlockVariable
 from .variables.exceptions import rebuild_exception, with_chain
 from .variables.exit_stacks import ExitStackVariable
 from .variables.hashing import HashedKey
-from .variables.iterators import ChainIterator, KeyedIterator, ReversedIterator, SequenceIterator
+from .variables.iterators import ChainIterator, KeyedIterator, ResumedLoopIterator, ReversedIterator, SequenceIterator
 from .variables.objects import ExceptionVariable, NewObjectVariable
 
 
@@ -123,6 +124,10 @@ def collect_state_outputs(value, outputs, seen) -> None:
     paused generators (what a break hands over, or a function returns)."""
     if ("visited", id(value)) in seen:  # cells and closures may refer to each other
         return
+    if isinstance(value, ResumedLoopIterator):
+        if value.unread():  # handed over as the object itself
+            return
+        value = value.inner
     if isinstance(value, CalleeStandIn):
         collect_state_outputs(value.callee, outputs, seen)
     elif isinstance(value, CellVariable):
@@ -196,6 +201,10 @@ class BreakStateCodegen(ReturnCodegen):
         return super().const(value, hint)
 
     def expr(self, value) -> str:
+        if isinstance(value, ResumedLoopIterator):
+            if value.unread():  # the call's own iterator, handed over as it is
+                return self.codegen.value_of(value.source)
+            value = value.inner
         top_level, self._top_level = self._top_level, False
         over = _iterated_container(value)
         if over is not None and self.side_effects is not None and self.side_effects.replays(over):
@@ -490,4 +499,6 @@ class ResumeCaller:
         self.callees = CompiledCallees(cache_of, options, backend, records)
 
     def __call__(self, resume_fn, *args):
-        return self.callees.run(resume_fn, args, {})
+        # Break code returns what this returns, at once: the call is made by the caller of
+        # the entry, so that a chain of resume functions does not nest (tail_calls.py).
+        return TailCall(self.callees.run_entry, resume_fn, args)

@@ -25,6 +25,9 @@ class CacheEntry:
     graph: torch.fx.GraphModule | None = None
     fallback: BreakReason | None = None
     graph_break: BreakReason | None = None  # the frame was split there
+    # The frame was split at the next iteration of a loop it had resumed inside (not a
+    # graph break: CPython runs the loop's FOR_ITER, breaks.py).
+    loop_split: BreakReason | None = None
     compile_seconds: float = 0.0
     disk_record: object = None       # what the frontend disk cache stores of it (disk_cache.Record)
     recompile_reason: str | None = None  # a recompile: the guard of the previous entry that failed

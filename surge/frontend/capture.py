@@ -67,6 +67,8 @@ class BreakPoint:
     # for an op left to CPython because a handler of the caller may catch its error:
     # captured alone, the callee would put the op back in a graph.
     compile_callee: bool = True
+    # The split is at the next iteration of a loop the frame resumed inside, not a break.
+    loop_split: bool = False
 
 
 def _root_cells(tracer, fn) -> dict:
@@ -110,8 +112,22 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
     or when the split is not possible, the frame runs eagerly.
     """
     start = time.perf_counter()
+    entry = _capture_call(fn, args, kwargs, options, backend, resume_caller, dynamic_state, start,
+                          split_loops=is_resume_code(fn.__code__))
+    if entry is None:
+        # The split at a resumed loop's next iteration was not possible: the trace unrolls
+        # the rest of the loop instead, as for any loop.
+        entry = _capture_call(fn, args, kwargs, options, backend, resume_caller, dynamic_state, start,
+                              split_loops=False)
+    return entry
+
+
+def _capture_call(fn, args, kwargs, options, backend, resume_caller, dynamic_state, start, split_loops):
+    """``capture_call``'s work; None when ``split_loops`` and the split at a resumed loop's
+    next iteration fails (the caller captures again without it)."""
+    capture = functools.partial(_capture, split_loops=split_loops)
     try:
-        return _capture(fn, args, kwargs, options, backend, start, dynamic_state)
+        return capture(fn, args, kwargs, options, backend, start, dynamic_state)
     except _Failed as failed:
         failed.__traceback__ = None  # see _Failed
         error = failed.error
@@ -120,18 +136,25 @@ def capture_call(fn, args: tuple, kwargs: dict, options, backend,
             return _context_decorated_entry(fn, resume_caller.callees, start)
         if point is None or resume_caller is None or _only_reads_a_local(fn.__code__, point[0]) \
                 or getattr(error, "unsplittable", False):
+            if getattr(error, "loop_back_edge", False):
+                return None
             return _fallback(failed.tracer, fn, error, start)
         try:
-            return _capture(fn, args, kwargs, options, backend, start, dynamic_state,
-                            stop=BreakPoint(point[0], point[1], _reason(error), resume_caller,
-                                            not getattr(error, "eager_callee", False)))
+            return capture(fn, args, kwargs, options, backend, start, dynamic_state,
+                           stop=BreakPoint(point[0], point[1], _reason(error), resume_caller,
+                                           not getattr(error, "eager_callee", False),
+                                           getattr(error, "loop_back_edge", False)))
         except _Failed as again:
             again.__traceback__ = None
+            if getattr(error, "loop_back_edge", False):
+                logs.log("graph_breaks", f"{fn.__qualname__}: cannot split at the loop's next iteration "
+                                         f"({again.error.reason}); the rest of the loop is unrolled")
+                return None
             earlier = getattr(again.error, "retry_at", None)
             if earlier is not None and earlier[1] >= 0:  # split earlier, where the state can be handed over
                 try:
-                    return _capture(fn, args, kwargs, options, backend, start, dynamic_state,
-                                    stop=BreakPoint(earlier[0], earlier[1], _reason(error), resume_caller))
+                    return capture(fn, args, kwargs, options, backend, start, dynamic_state,
+                                   stop=BreakPoint(earlier[0], earlier[1], _reason(error), resume_caller))
                 except _Failed as third:
                     third.__traceback__ = None
                     again = third
@@ -177,12 +200,12 @@ def _reason(error: Unsupported) -> BreakReason:
 
 
 def _capture(fn, args, kwargs, options, backend, start, dynamic_state=None,
-             stop: BreakPoint | None = None) -> CacheEntry:
+             stop: BreakPoint | None = None, split_loops: bool = False) -> CacheEntry:
     if dynamic_state is None:  # one state for the retries below
         dynamic_state = DynamicState()
     while True:
         try:
-            return _capture_once(fn, args, kwargs, options, backend, start, dynamic_state, stop)
+            return _capture_once(fn, args, kwargs, options, backend, start, dynamic_state, stop, split_loops)
         except StaticNumbersNeeded:
             continue   # the numbers named are static now (DynamicState.static_numbers)
         except DataDependent as e:
@@ -190,8 +213,10 @@ def _capture(fn, args, kwargs, options, backend, start, dynamic_state=None,
             logs.log("dynamic", f"{fn.__qualname__}: reads of tensor data and data-dependent sizes break the graph: {e.why}")
 
 
-def _capture_once(fn, args, kwargs, options, backend, start, dynamic_state, stop) -> CacheEntry:
+def _capture_once(fn, args, kwargs, options, backend, start, dynamic_state, stop, split_loops) -> CacheEntry:
     tracer = Tracer(options)
+    # A resume function's loop iterators stay unread: the loop splits at its next iteration.
+    tracer.resumed_loops = split_loops and not options.fullgraph
     tracer.dynamic = DynamicDims(options, dynamic_state, backend)
     # weakly: the shape environment outlives the capture (its guards), the tracer must not
     traced_location = weakref.WeakMethod(tracer.user_location)
@@ -359,8 +384,12 @@ def _finish_at_break(tracer: Tracer, fn, frame: Frame, stop: BreakPoint, backend
     runner = BreakRunner(fn.__code__, fn.__globals__, state, stop.resume_caller)
     writer = _one_writer_per_entry(output_index, tracer.side_effects)
     gm, compiled = _compile_graph(tracer, fn, outputs, backend, skip_empty=True)
-    counters["graph_breaks"] += 1
-    logs.log("graph_breaks", f"graph break in {fn.__qualname__}: {stop.reason}")
+    if stop.loop_split:
+        counters["loop_splits"] += 1
+        logs.log("graph_breaks", f"{fn.__qualname__} split at {stop.reason}")
+    else:
+        counters["graph_breaks"] += 1
+        logs.log("graph_breaks", f"graph break in {fn.__qualname__}: {stop.reason}")
     runner_name = tracer.consts.ref(runner, "run_break")
     source, run = generate_entry(
         tracer.guards, tracer.consts, input_sources=[source for source, _ in tracer.graph.inputs],
@@ -369,8 +398,9 @@ def _finish_at_break(tracer: Tracer, fn, frame: Frame, stop: BreakPoint, backend
         compiled=compiled, counters=counters, hand_off=runner_name,
     )
     entry = CacheEntry(run, source, tracer.guards.render(), _lazy_diagnosis(tracer), graph=gm,
-                       graph_break=stop.reason, compile_seconds=time.perf_counter() - start,
-                       constants=tracer.consts)
+                       graph_break=None if stop.loop_split else stop.reason,
+                       loop_split=stop.reason if stop.loop_split else None,
+                       compile_seconds=time.perf_counter() - start, constants=tracer.consts)
     _log_entry(fn, entry)
     return entry
 

@@ -30,6 +30,7 @@ import weakref
 import torch
 
 from .codegen import MISS
+from .tail_calls import TailCall, finish
 from .code_kinds import DECORATE_CONTEXT_CODE
 
 
@@ -49,6 +50,11 @@ class CompiledCallees:
 
     def run(self, fn: types.FunctionType, args: tuple, kwargs: dict):
         """``fn(*args, **kwargs)`` through fn's code cache: cached entries first, else a capture."""
+        result = self.run_entry(fn, args, kwargs)
+        return finish(result) if type(result) is TailCall else result
+
+    def run_entry(self, fn: types.FunctionType, args: tuple, kwargs: dict):
+        """``run`` without finishing: the result may be a ``TailCall`` (``tail_calls.py``)."""
         cache = self.cache_of(fn.__code__)
         for run in cache.runners:
             result = run(fn, args, kwargs)

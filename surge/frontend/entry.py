@@ -23,6 +23,7 @@ from ..backends import lookup_backend
 from ..options import Options
 from .cache import cache_for
 from .codegen import MISS
+from .tail_calls import TailCall, finish
 from .wrappers import compiled_original
 
 
@@ -110,8 +111,9 @@ class CompiledFunction:
         for run in self._runners:
             result = run(fn, args, kwargs)
             if result is not MISS:
-                return result
-        return self._surge_cache.miss(fn, args, kwargs, self._surge_options, self._backend, self._records)
+                return finish(result) if type(result) is TailCall else result
+        result = self._surge_cache.miss(fn, args, kwargs, self._surge_options, self._backend, self._records)
+        return finish(result) if type(result) is TailCall else result
 
     def __get__(self, instance, owner=None):
         return self if instance is None else types.MethodType(self, instance)

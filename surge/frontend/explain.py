@@ -31,6 +31,8 @@ class ExplainReport:
     graphs: list = field(default_factory=list)
     guards: list = field(default_factory=list)      # per cache entry, readable text
     break_reasons: list = field(default_factory=list)
+    # Splits at the next iteration of a loop a resume function continued inside (breaks.py).
+    loop_splits: list = field(default_factory=list)
     ops_per_graph: list = field(default_factory=list)
     fallbacks: list = field(default_factory=list)  # BreakReason of each frame run eagerly
     recompile_reasons: list = field(default_factory=list)  # the failing guard (and value) of each recompile
@@ -57,6 +59,10 @@ class ExplainReport:
                     lines.append(f"     at {reason.location}")
                 if reason.source_line and reason.source_line not in (reason.location or ""):
                     lines.append(f"     {reason.source_line}")
+        if self.loop_splits:
+            lines.append(f"Loop splits (a loop resumed after a graph break, split at its next iteration): "
+                         f"{len(self.loop_splits)}")
+            lines.extend(f"  at {split.location}" for split in self.loop_splits)
         for i, (gm, ops) in enumerate(zip(self.graphs, self.ops_per_graph), 1):
             lines.append(f"Graph {i}: {len(ops)} ops: {', '.join(ops)}")
             lines.append("    " + gm.code.strip().replace("\n", "\n    "))
@@ -89,6 +95,8 @@ def explain(fn_or_module, options: Options):
             report.compile_times.append(entry.compile_seconds)
             if entry.graph_break is not None:
                 report.break_reasons.append(entry.graph_break)
+            if entry.loop_split is not None:
+                report.loop_splits.append(entry.loop_split)
             if entry.recompile_reason is not None:
                 report.recompile_reasons.append(entry.recompile_reason)
             if entry.fallback is not None:

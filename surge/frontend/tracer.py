@@ -25,6 +25,8 @@ from .variables.builder import wrap_value
 from .variables.contexts import GeneratorContextVariable, GradModeContextVariable
 from .variables.device_modes import DeviceModes
 from .variables.hashing import process_order_reads
+from .variables.iterators import ResumedLoopIterator
+from .codegen_bytecode.analysis import STACK_PARAM_PREFIX
 from .variables.functions import GeneratorVariable
 from .variables.optimizers import USE_GRAD_CODE, trace_optimizer_step
 
@@ -81,6 +83,11 @@ class Tracer:
         self.writes = 0
         # Root parameters that may hold objects made anew on every call (resume.py).
         self.fresh_parameters: frozenset = frozenset()
+        # Whether a resume function's stack parameters holding iterators stay unread, so
+        # that a loop it resumed inside splits at its next iteration (``ResumedLoopIterator``).
+        self.resumed_loops = False
+        # id -> ResumedLoopIterator of those parameters.
+        self._loop_iterators: dict = {}
         self._wrapped: dict = {}
         # id -> (value, variable, source) of the mutable containers read from the inputs.
         self._containers: dict = {}
@@ -108,12 +115,45 @@ class Tracer:
         found = self._wrapped.get(source)
         if found is not None and found[0] is value:
             return found[1]
+        if hasattr(type(value), "__next__") and (self.resumed_loops or self._loop_iterators):
+            loop = self._loop_iterator(value, source)
+            if loop is not None:
+                self._wrapped[source] = (value, loop)
+                return loop
         if type(value) in _MUTABLE_CONTAINERS:
             var = self._wrap_container(value, source, distinct_group)
         else:
             var = wrap_value(self, value, source)
         self._wrapped[source] = (value, var)
         return var
+
+    def _loop_iterator(self, value, source):
+        """The ResumedLoopIterator for an iterator read from ``source``: a new one for a stack
+        parameter of a resume function (not reached before), the existing one for the same
+        object reached another way (guarded to be it), else None, with guards that the
+        object is none of them (the trace would otherwise take one object for two)."""
+        same = self._loop_iterators.get(id(value))
+        if same is not None and same.value is value:
+            self.guards.add(source, "{v} is {w}", f"{source.name()} is {same.source.name()}", other=same.source)
+            return same
+        for other in self._loop_iterators.values():
+            self.guards.add(source, "{v} is not {w}", f"{source.name()} is not {other.source.name()}",
+                            other=other.source)
+        if not self.resumed_loops or source.parent is not None \
+                or not getattr(source, "param", "").startswith(STACK_PARAM_PREFIX) \
+                or any(seen is value for seen, _ in self._wrapped.values()) or id(value) in self._containers:
+            return None
+        loop = ResumedLoopIterator(self, value, source, lambda: self._wrap_read(value, source))
+        self._loop_iterators[id(value)] = loop
+        return loop
+
+    def _wrap_read(self, value, source):
+        """What reading ``value`` at ``source`` wraps it as, when a ResumedLoopIterator is read."""
+        if type(value) in _MUTABLE_CONTAINERS:
+            var = wrap_value(self, value, source)
+            self._containers[id(value)] = (value, var, source, None)
+            return var
+        return wrap_value(self, value, source)
 
     def _wrap_container(self, value, source, distinct_group=None):
         """A list/dict/set (or list iterator) read from two places is one object: one variable, so a mutation

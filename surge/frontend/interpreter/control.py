@@ -10,7 +10,8 @@ from ..variables.constant import NONE, ConstantVariable
 from ..variables.objects import ClassVariable, ExceptionVariable
 from ..variables.containers import IteratorVariable
 from ..variables.exceptions import TracebackVariable
-from ..variables.iterators import iterator_of
+from ..variables.iterators import ResumedLoopIterator, iterator_of
+from ...errors import Unsupported
 from ..variables.tensor import TensorVariable
 from .registry import opcode
 
@@ -72,9 +73,23 @@ def _get_iter(frame, inst):
     frame.push(iterator_of(frame.tracer, frame.pop()))
 
 
+def _split_at_resumed_loop(frame, it) -> None:
+    """A resume function that continued inside a loop reaches that loop's next iteration
+    (its iterator still unread, ``ResumedLoopIterator``): the frame splits here. Break
+    code runs this FOR_ITER in CPython and calls the resume function at the body's start
+    with the next item, or the one after the loop: one set of entries serves every
+    iteration instead of one unrolled rest of the loop per position."""
+    if isinstance(it, ResumedLoopIterator) and it.unread() and frame.parent is None:
+        error = Unsupported("the next iteration of a loop resumed after a graph break (CPython "
+                            "advances the iterator; every iteration runs the same resume functions)")
+        error.loop_back_edge = True
+        raise error
+
+
 @opcode("FOR_ITER", versions=V311)
 def _for_iter_311(frame, inst):
     it = frame.peek()
+    _split_at_resumed_loop(frame, it)
     if not isinstance(it, IteratorVariable):
         unsupported(f"iterating over {it}")
     item = it.next()
@@ -88,6 +103,7 @@ def _for_iter_311(frame, inst):
 @opcode("FOR_ITER", versions=V312)
 def _for_iter_312(frame, inst):
     it = frame.peek()
+    _split_at_resumed_loop(frame, it)
     if not isinstance(it, IteratorVariable):
         unsupported(f"iterating over {it}")
     item = it.next()

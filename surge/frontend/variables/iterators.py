@@ -320,3 +320,73 @@ class ChainIterator(LazyIterator):
             rest = rest + iterator_of(self.tx, iterable).remaining()
         return rest
 
+
+
+class ResumedLoopIterator(LazyIterator):
+    """The iterator of a ``for`` loop a resume function continues inside, held unread.
+
+    It is one of the resume function's stack parameters. While the trace has not read
+    it, it is no value of the trace at all: no guard is installed on it, a graph break
+    hands the very object over, and the loop's ``FOR_ITER`` in the root frame is where
+    the frame splits (``interpreter/control.py``): CPython advances it, in break code,
+    and calls the resume function at the loop body's start with the next item, or the
+    one after the loop. So each iteration runs the same resume functions under the same
+    guards, whatever the iterator's position. Anything else the trace does with it
+    (``next(it)``, an inlined function looping over it, ``type(it)``) reads it: it is
+    then wrapped as any input iterator is (``materialize``), guarded, and iterated by
+    the trace as before.
+    """
+
+    def __init__(self, tx, value, source, make):
+        super().__init__(tx)
+        self.value = value
+        self.source = source
+        self.inner = None
+        self._make = make  # wraps (and guards) the value: what an ordinary read does
+
+    def materialize(self):
+        if self.inner is None:
+            inner = self._make()
+            if not isinstance(inner, IteratorVariable):
+                unsupported(f"iterating over {type(self.value).__qualname__} in compiled code")
+            self.inner = inner
+        return self.inner
+
+    def unread(self) -> bool:
+        return self.inner is None
+
+    def python_type(self):
+        return self.materialize().python_type()
+
+    def truthy(self, tx):
+        return self.materialize().truthy(tx)
+
+    def next(self):
+        return self.materialize().next()
+
+    def iterate(self, tx):
+        return self.materialize().iterate(tx)
+
+    def remaining(self):
+        return self.materialize().remaining()
+
+    def length(self, tx):
+        return self.materialize().length(tx)
+
+    def getattr(self, tx, name):
+        return self.materialize().getattr(tx, name)
+
+    def setattr(self, tx, name, value):
+        return self.materialize().setattr(tx, name, value)
+
+    def delattr(self, tx, name):
+        return self.materialize().delattr(tx, name)
+
+    def call(self, tx, args, kwargs):
+        return self.materialize().call(tx, args, kwargs)
+
+    def call_method(self, tx, name, args, kwargs):
+        return self.materialize().call_method(tx, name, args, kwargs)
+
+    def __repr__(self):
+        return f"ResumedLoopIterator({type(self.value).__qualname__}{'' if self.inner is None else ', read'})"

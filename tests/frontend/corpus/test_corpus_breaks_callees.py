@@ -443,7 +443,7 @@ PROGRAMS = {
     callee_is_a_local_lambda: (mat, (3, 3)),
     callee_made_by_local_def: (mat, (3, 2)),
     callee_calls_breaking_callee_twice: (mat, (5, 4)),
-    callee_in_loop: (mat, (5, 4)),             # the caller's resume functions break at each later call
+    callee_in_loop: (mat, (3, 3)),             # every iteration runs the same resume functions
     callee_in_condition: (lambda i: (torch.randn(3), i == 0), (4, 2)),
     only_one_of_two_callees_breaks: (mat, (4, 2)),
     functools_partial_callee: (mat, (3, 2)),   # the partial's function runs compiled, split at its print
@@ -470,7 +470,7 @@ def test_break_inside_a_callee(program):
 MODULES = {
     # module class: (graphs, breaks) over two calls
     Outer: (5, 4),                 # x * 2 | each Residual and the block break at their calls
-    Tower: (5, 4),                 # three alike blocks, each split at its print, share entries
+    Tower: (4, 3),                 # three alike blocks, each split at its print, share entries; so do the iterations
     GatedNet: (2, 2),              # gate's linear | .item() | tanh, out (the item's resume has no ops)
     SequentialWithBreak: (5, 3),   # nn.Sequential's own forward runs compiled, split at the block
     CallsInstanceForward: (2, 2),

@@ -322,12 +322,13 @@ PROGRAMS = {
     print_in_list_comprehension: (mat, (3, 4), (3, 3)),
     break_in_dict_comprehension: (mat, (2, 3), (2, 2)),
     break_in_set_comprehension: (mat, (1, 7), (1, 6)),
-    # The second call's .item() values are symbolic floats (automatic dynamic): one graph fewer.
-    item_in_comprehension_over_rows: (mat, (5, 5), (4, 4)),
+    # The second call's .item() values are symbolic floats (automatic dynamic): one graph
+    # fewer; the comprehension's iterations share its resume functions.
+    item_in_comprehension_over_rows: (mat, (4, 4), (4, 4)),
     comprehension_restores_outer_name: (mat, (4, 4), (3, 3)),
     comprehension_filter_breaks: (mat, (4, 4), (3, 3)),
-    nested_comprehensions_break: (mat, (4, 6), (4, 4)),
-    comprehension_inside_loop: (mat, (5, 6), (4, 4)),
+    nested_comprehensions_break: (mat, (4, 5), (4, 4)),
+    comprehension_inside_loop: (mat, (3, 6), (4, 4)),
     comprehension_then_break: (mat, (2, 1)),
     break_then_comprehension: (mat, (1, 1)),
     generator_expression_with_item: (mat, (1, 1)),

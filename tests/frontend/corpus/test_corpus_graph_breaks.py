@@ -477,7 +477,7 @@ PROGRAMS = {
     break_in_nested_loops: (mat, 4, 4),
     python_break_after_graph_break: (mat, 2, 2),
     list_built_across_breaks: (mat, 4, 3),
-    branch_on_tensor_in_loop: (lambda i: (torch.full((2,), 0.5 + i),), 6, 4),
+    branch_on_tensor_in_loop: (lambda i: (torch.full((2,), 0.5 + i),), 4, 2),  # iterations share resume functions
     break_inside_no_grad: (mat_grad, 2, 1),
     print_inside_no_grad: (mat_grad, 2, 1),
     break_inside_set_grad_enabled: (mat_grad, 2, 1),
