@@ -297,8 +297,10 @@ SPLIT_NOW = {
     nested_with_blocks: (2, 1),
     decorated_with_no_grad: (1, 1),           # the wrapped function runs compiled inside no_grad
     # 3.11: the comprehension's function runs compiled, split at each print; 3.12
-    # inlines it (PEP 709): the frame itself is split at each print.
-    list_comprehension_with_print: (4, 4) if sys.version_info < (3, 12) else (3, 3),
+    # inlines it (PEP 709): the frame itself is split at each print, and its iterations
+    # share resume functions, whose `i` is a constant at 0 and at 1 (specialized, as in
+    # torch.compile), symbolic from 2: for three items, one graph more than unrolled.
+    list_comprehension_with_print: (4, 4) if sys.version_info < (3, 12) else (4, 3),
     generator_expression_with_print: (1, 1),  # the generator runs in CPython under sum()
     # Split where the context manager is made (CPython makes the real one), at the
     # `with`, at the print and at the exit; x * 2 is the one graph.
