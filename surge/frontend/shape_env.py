@@ -69,8 +69,13 @@ class ShapeEnv:
         self.facts: list[Fact] = []
         self._known: set = set()   # simplified relations known true
         self._symints: dict[Symbol, object] = {}
-        # Memo of simplify and static_value, emptied when a fact is recorded.
+        # Memo of simplify and static_value, emptied when a fact is recorded; ``generation``
+        # counts those changes (SizeNode.maybe_as_int keeps its answer for one generation).
         self._simplified: dict = {}
+        self.generation = 0
+        # The node of each arithmetic result by operation and operand expressions (torch
+        # asks for the same products and sums of sizes for every tensor it makes).
+        self.arith_nodes: dict = {}
         # Memo of rel_hint by the relation's identity (the value holds the relation): hints
         # never change, and a capture compares the same sizes thousands of times.
         self._rel_hints: dict = {}
@@ -269,7 +274,7 @@ class ShapeEnv:
         """``rel`` on data-dependent values, taken as known (it narrows their ranges) where
         the op that needs it checks it again when it runs; no guard can check it."""
         rel = Rel(rel.op, self.simplify(rel.expr))
-        self._simplified.clear()
+        self._forget_simplified()
         self._known.add(rel)
         self._narrow_range(rel)
         logs.log("dynamic", f"assumed {rel} (checked by the op when it runs)")
@@ -286,8 +291,12 @@ class ShapeEnv:
         self._record(Rel("==", expr - value), why)
         return value
 
-    def _record(self, rel: Rel, why: str) -> None:
+    def _forget_simplified(self) -> None:
         self._simplified.clear()
+        self.generation += 1
+
+    def _record(self, rel: Rel, why: str) -> None:
+        self._forget_simplified()
         self._known.add(rel)
         logs.log("dynamic", f"guard {rel} ({why})")
         if not self._narrow_range(rel):  # a range is checked as the symbol's range

@@ -71,6 +71,8 @@ class SizeNode:
         self.expr = expr
         self.pytype = pytype
         self._hint = hint
+        self._int_generation = -1   # the env's generation the kept ``maybe_as_int`` answer is of
+        self._int_value = None
 
     # torch's Python helpers read this; they take the "no shape env" path (guard_bool).
     shape_env = None
@@ -136,10 +138,16 @@ class SizeNode:
     wrap_bool = _const
 
     def maybe_as_int(self):
+        # torch asks this of every size and stride of every tensor it makes (dozens of
+        # times per meta tensor); the answer changes only with the facts
         if self.pytype is not int:
             return None
-        c = self.env.simplify(self.expr).constant()
-        return int(c) if c is not None else None
+        env = self.env
+        if self._int_generation != env.generation:
+            c = env.simplify(self.expr).constant()
+            self._int_value = int(c) if c is not None else None
+            self._int_generation = env.generation
+        return self._int_value
 
     def maybe_as_float(self):
         if self.pytype is not float:
@@ -153,34 +161,41 @@ class SizeNode:
         return static_bool(self.env, self.expr)
 
     # ---- arithmetic -------------------------------------------------------------
-    def _arith(self, other, build, hint_fn, pytype=None):
+    def _arith(self, other, op, build, hint_fn, pytype=None):
+        """``self op other`` as a node, one per operation and operands' expressions (its
+        hint follows from theirs: the symbols' hints never change)."""
         o_expr = expr_of(other)
-        o_hint = other._hint if isinstance(other, SizeNode) else other
         if pytype is None:
             pytype = float if (self.pytype is float or (isinstance(other, SizeNode) and other.pytype is float)
                                or isinstance(other, float)) else int
+        key = (op, self.expr, o_expr, pytype)
+        found = self.env.arith_nodes.get(key)
+        if found is not None:
+            return found
+        o_hint = other._hint if isinstance(other, SizeNode) else other
         hint = None if self._hint is None or o_hint is None else hint_fn(self._hint, o_hint)
-        return SizeNode(self.env, build(self.expr, o_expr), pytype, hint)
+        node = self.env.arith_nodes[key] = SizeNode(self.env, build(self.expr, o_expr), pytype, hint)
+        return node
 
     def add(self, o):
-        return self._arith(o, lambda a, b: a + b, lambda a, b: a + b)
+        return self._arith(o, "add", lambda a, b: a + b, lambda a, b: a + b)
 
     def sub(self, o):
-        return self._arith(o, lambda a, b: a - b, lambda a, b: a - b)
+        return self._arith(o, "sub", lambda a, b: a - b, lambda a, b: a - b)
 
     def mul(self, o):
-        return self._arith(o, lambda a, b: a * b, lambda a, b: a * b)
+        return self._arith(o, "mul", lambda a, b: a * b, lambda a, b: a * b)
 
     def floordiv(self, o):
-        return self._arith(o, lambda a, b: apply_fn("floordiv", a, b), lambda a, b: a // b)
+        return self._arith(o, "floordiv", lambda a, b: apply_fn("floordiv", a, b), lambda a, b: a // b)
 
     int_floordiv = floordiv
 
     def mod(self, o):
-        return self._arith(o, lambda a, b: apply_fn("mod", a, b), lambda a, b: a % b)
+        return self._arith(o, "mod", lambda a, b: apply_fn("mod", a, b), lambda a, b: a % b)
 
     def truediv(self, o):
-        return self._arith(o, lambda a, b: apply_fn("truediv", a, b), lambda a, b: a / b, float)
+        return self._arith(o, "truediv", lambda a, b: apply_fn("truediv", a, b), lambda a, b: a / b, float)
 
     int_truediv = truediv
     float_truediv = truediv
@@ -188,7 +203,7 @@ class SizeNode:
     def pow(self, o):
         n = expr_of(o).constant()
         if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
-            return self._arith(o, lambda a, b: a.pow(n), lambda a, b: a ** b)
+            return self._arith(o, "pow", lambda a, b: a.pow(n), lambda a, b: a ** b)
         # A symbolic or fractional exponent (``0.95 ** step``, ``step ** 0.5``): an opaque
         # power. An int to an int power is an int when the exponent is not negative.
         floats = self.pytype is float or isinstance(o, float) or (isinstance(o, SizeNode) and o.pytype is float)
@@ -197,7 +212,7 @@ class SizeNode:
             exponent = expr_of(o)
             if n is not None or self.env.assume(Rel("<=", -exponent), "an int power's exponent is not negative"):
                 pytype = int if (n is None or n >= 0) else float
-        return self._arith(o, lambda a, b: apply_fn("pow", a, b), lambda a, b: a ** b, pytype)
+        return self._arith(o, "fn_pow", lambda a, b: apply_fn("pow", a, b), lambda a, b: a ** b, pytype)
 
     pow_by_natural = pow
     float_pow = pow
@@ -241,10 +256,10 @@ class SizeNode:
         return self.neg()
 
     def sym_max(self, o):
-        return self._arith(o, lambda a, b: apply_fn("max", a, b), max)
+        return self._arith(o, "max", lambda a, b: apply_fn("max", a, b), max)
 
     def sym_min(self, o):
-        return self._arith(o, lambda a, b: apply_fn("min", a, b), min)
+        return self._arith(o, "min", lambda a, b: apply_fn("min", a, b), min)
 
     def sym_sum(self, args):
         total = self._const(0)   # the receiver only names the environment
