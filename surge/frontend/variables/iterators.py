@@ -321,7 +321,6 @@ class ChainIterator(LazyIterator):
         return rest
 
 
-
 class ResumedLoopIterator(LazyIterator):
     """The iterator of a ``for`` loop a resume function continues inside, held unread.
 
