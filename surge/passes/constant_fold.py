@@ -1,4 +1,18 @@
-"""Constant folding: evaluate nodes whose inputs are all graph constants."""
+"""Constant folding: evaluate nodes whose inputs are all graph constants.
+
+A node is constant when it is pure and every input is constant: a stored constant
+(``get_attr`` marked ``constant``), or a factory without tensor inputs (``full``,
+``iota``: zeros an attention mask is built in). Constants are evaluated ahead of time
+and stored where the graph's other nodes read them (the frontier), within
+``max_numel`` elements: a frontier value over the limit is computed at run time from
+its own constant inputs, stored in their place where they fit (a window-attention mask
+of [64, 49, 49] from the [64, 49] window labels it is the pairwise difference of).
+
+Factories stay as they are where nothing but cheap pointwise and view ops would be
+folded into them: they are cheaper as index expressions than as stored tensors. What
+does fold through them are scatters, indexing and the like (slice assignments of a
+mask), which would otherwise be kernels of their own on every call.
+"""
 from __future__ import annotations
 
 import torch
@@ -10,40 +24,91 @@ from .purity import is_pure
 # Folding trades a computation for a stored tensor; beyond this many elements the
 # stored tensor costs more (memory, cache) than computing it at run time.
 MAX_FOLDED_NUMEL = 4096
+# Nothing larger is evaluated at compile time (a factory of a large buffer is left alone).
+MAX_EVALUATED_NUMEL = 1 << 20
 
 
 def fold_constants(gm: torch.fx.GraphModule, *, max_numel: int = MAX_FOLDED_NUMEL) -> torch.fx.GraphModule:
-    """Replace pure nodes computed only from get_attr constants by a new constant.
-
-    Factories without tensor inputs (``full``, ``iota``) are left alone: they are
-    cheaper as index expressions than as stored tensors.
-    """
+    """Replace the graph's constant values where other nodes read them by stored tensors."""
     values: dict[torch.fx.Node, object] = {}
-    for node in list(gm.graph.nodes):
+    from_state: set = set()   # constant nodes computed from a stored constant
+    involved: set = set()     # constant nodes computed by more than pointwise and view ops
+    for node in gm.graph.nodes:
         if node.op == "get_attr":
             # Only true constants: live state (parameters, buffers) changes between calls.
             if node.meta.get("constant"):
                 values[node] = getattr(gm, node.target)
+                from_state.add(node)
             continue
         inputs = node.all_input_nodes
-        if not is_pure(node) or not inputs or any(i not in values for i in inputs):
+        if not is_pure(node) or any(i not in values for i in inputs) or _too_large(node):
             continue
-        result = node.target(*_materialize(node.args, values), **_materialize(node.kwargs, values))
-        if isinstance(result, torch.Tensor):
-            if result.numel() > max_numel:
-                continue
-            name = _fresh_name(gm)
-            gm.register_buffer(name, result)
-            with gm.graph.inserting_before(node):
-                const = gm.graph.get_attr(name)
-            const.meta = dict(node.meta, constant=True)
-            node.replace_all_uses_with(const)
+        if not inputs and not _is_factory(node):
+            continue
+        values[node] = node.target(*_materialize(node.args, values), **_materialize(node.kwargs, values))
+        if any(i in from_state for i in inputs):
+            from_state.add(node)
+        if any(i in involved for i in inputs) or (inputs and not _cheap(node)):
+            involved.add(node)
+
+    stored: dict[torch.fx.Node, torch.Tensor] = {}
+    kept: set = set()
+
+    def provide(node) -> None:
+        """Make ``node``'s value available at run time: stored, or computed from its inputs."""
+        if node in stored or node in kept or node.op == "get_attr":
+            return
+        value = values[node]
+        worth = (node in from_state or node in involved) and not _is_view(node)   # a view costs nothing
+        if worth and isinstance(value, torch.Tensor) and value.numel() <= max_numel:
+            stored[node] = value
+            return
+        kept.add(node)
+        for i in node.all_input_nodes:
+            provide(i)
+
+    for node in list(values):
+        if any(user not in values for user in node.users):
+            provide(node)
+    for node, value in stored.items():
+        name = _fresh_name(gm)
+        gm.register_buffer(name, value)
+        with gm.graph.inserting_before(node):
+            const = gm.graph.get_attr(name)
+        const.meta = dict(node.meta, constant=True)
+        node.replace_all_uses_with(const)
+    for node in reversed(list(stored)):
+        if not node.users:
             gm.graph.erase_node(node)
-            values[const] = result
-        elif isinstance(result, (tuple, list)):
-            values[node] = result  # its getitems fold next
     code_changed(gm)
     return gm
+
+
+def _is_factory(node) -> bool:
+    """A pure op of no tensor inputs that makes a tensor (``full``, ``arange``, ``scalar_tensor``)."""
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and isinstance(node.target, torch._ops.OpOverload)
+
+
+def _too_large(node) -> bool:
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        try:
+            return int(val.numel()) > MAX_EVALUATED_NUMEL
+        except TypeError:   # a symbolic size: not a constant
+            return True
+    return False
+
+
+def _cheap(node) -> bool:
+    """An op that is no more than index arithmetic over its inputs where it is computed."""
+    op = node.target
+    return isinstance(op, torch._ops.OpOverload) and (torch.Tag.pointwise in op.tags or _is_view(node))
+
+
+def _is_view(node) -> bool:
+    op = node.target
+    return isinstance(op, torch._ops.OpOverload) and any(r.alias_info is not None for r in op._schema.returns)
 
 
 def _materialize(arg, values):

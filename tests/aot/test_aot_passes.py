@@ -119,3 +119,36 @@ def test_a_changed_graph_regenerates_its_code_once_when_run_or_read(monkeypatch)
     other = _graph(build)
     eliminate_dead_code(other)
     torch.testing.assert_close(other(x), (4 * x,))   # a call without a read regenerates too
+
+
+def _factory(g, shape, value=0.0):
+    node = g.call_function(aten.full.default, (list(shape), value), {"dtype": torch.float32})
+    node.meta["val"] = torch.empty(shape, device="meta")
+    return node
+
+
+def test_slice_assignments_into_zeros_fold_but_cheap_factories_stay():
+    """A mask built per call (zeros, slice assignments, a pairwise difference) is one stored
+    constant where the graph reads it, of the largest size within the limit; a factory
+    only a pointwise op reads stays an index expression."""
+    def build(g, root):
+        x = g.placeholder("x")
+        mask = _factory(g, (8, 8))
+        for k, (a, b) in enumerate([(0, 4), (4, 8)]):
+            block = _factory(g, (4, 8), float(k + 1))
+            mask = g.call_function(aten.slice_scatter.default, (mask, block, 0, a, b))
+        labels = g.call_function(aten.view.default, (mask, [64]))
+        pairs = g.call_function(aten.sub.Tensor, (g.call_function(aten.unsqueeze.default, (labels, 0)),
+                                                  g.call_function(aten.unsqueeze.default, (labels, 1))))
+        plus_one = g.call_function(aten.add.Tensor, (_factory(g, (64,)), 1))
+        g.output((g.call_function(aten.add.Tensor, (x, pairs)), g.call_function(aten.mul.Tensor, (x, plus_one))))
+
+    gm = eliminate_dead_code(fold_constants(_graph(build), max_numel=64))
+    assert _count(gm, aten.slice_scatter.default) == 0
+    assert _count(gm, aten.sub.Tensor) == 1               # [64, 64] is over the limit: computed from the labels
+    assert _count(gm, aten.full.default) == 1             # the one read by an add only
+    x = torch.randn(64, 64)
+    labels = torch.cat([torch.full((32,), 1.0), torch.full((32,), 2.0)])
+    pairs, scaled = gm(x)
+    torch.testing.assert_close(pairs, x + (labels[None, :] - labels[:, None]))
+    torch.testing.assert_close(scaled, x)
