@@ -45,7 +45,10 @@ def fold_constants(gm: torch.fx.GraphModule, *, max_numel: int = MAX_FOLDED_NUME
             continue
         if not inputs and not _is_factory(node):
             continue
-        values[node] = node.target(*_materialize(node.args, values), **_materialize(node.kwargs, values))
+        try:
+            values[node] = node.target(*_materialize(node.args, values), **_materialize(node.kwargs, values))
+        except Exception:   # noqa: BLE001 (a factory for a device this process lacks, ...): not folded
+            continue
         if any(i in from_state for i in inputs):
             from_state.add(node)
         if any(i in involved for i in inputs) or (inputs and not _cheap(node)):
