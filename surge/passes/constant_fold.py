@@ -24,55 +24,69 @@ from .purity import is_pure
 # Folding trades a computation for a stored tensor; beyond this many elements the
 # stored tensor costs more (memory, cache) than computing it at run time.
 MAX_FOLDED_NUMEL = 4096
-# Nothing larger is evaluated at compile time (a factory of a large buffer is left alone).
+# No value of more elements counts as a constant (the inputs of a stored one are evaluated).
 MAX_EVALUATED_NUMEL = 1 << 20
 
 
 def fold_constants(gm: torch.fx.GraphModule, *, max_numel: int = MAX_FOLDED_NUMEL) -> torch.fx.GraphModule:
     """Replace the graph's constant values where other nodes read them by stored tensors."""
-    values: dict[torch.fx.Node, object] = {}
-    from_state: set = set()   # constant nodes computed from a stored constant
-    involved: set = set()     # constant nodes computed by more than pointwise and view ops
+    constant: set = set()      # nodes whose value is known ahead of time
+    from_state: set = set()    # ... computed from a stored constant
+    involved: set = set()      # ... computed by more than pointwise and view ops
     for node in gm.graph.nodes:
         if node.op == "get_attr":
             # Only true constants: live state (parameters, buffers) changes between calls.
             if node.meta.get("constant"):
-                values[node] = getattr(gm, node.target)
+                constant.add(node)
                 from_state.add(node)
             continue
         inputs = node.all_input_nodes
-        if not is_pure(node) or any(i not in values for i in inputs) or _too_large(node):
+        if not is_pure(node) or any(i not in constant for i in inputs) or _too_large(node):
             continue
         if not inputs and not _is_factory(node):
             continue
-        try:
-            values[node] = node.target(*_materialize(node.args, values), **_materialize(node.kwargs, values))
-        except Exception:   # noqa: BLE001 (a factory for a device this process lacks, ...): not folded
-            continue
+        constant.add(node)
         if any(i in from_state for i in inputs):
             from_state.add(node)
         if any(i in involved for i in inputs) or (inputs and not _cheap(node)):
             involved.add(node)
 
-    stored: dict[torch.fx.Node, torch.Tensor] = {}
+    values: dict = {}
+
+    def value_of(node):
+        """``node``'s value, evaluated once (only what is stored is ever evaluated)."""
+        if node not in values:
+            if node.op == "get_attr":
+                values[node] = getattr(gm, node.target)
+            else:
+                values[node] = node.target(*_materialize(node.args, value_of), **_materialize(node.kwargs, value_of))
+        return values[node]
+
+    stored: dict = {}
     kept: set = set()
 
     def provide(node) -> None:
         """Make ``node``'s value available at run time: stored, or computed from its inputs."""
         if node in stored or node in kept or node.op == "get_attr":
             return
-        value = values[node]
         worth = (node in from_state or node in involved) and not _is_view(node)   # a view costs nothing
-        if worth and isinstance(value, torch.Tensor) and value.numel() <= max_numel:
-            stored[node] = value
-            return
+        if worth and (_numel(node) or 0) <= max_numel:   # no traced value: judged by the evaluated one
+            try:
+                value = value_of(node)
+            except Exception:   # noqa: BLE001 (a factory for a device this process lacks, ...): not folded
+                value = None
+            if isinstance(value, torch.Tensor) and value.numel() <= max_numel:
+                stored[node] = value
+                return
         kept.add(node)
         for i in node.all_input_nodes:
-            provide(i)
+            if i in constant:
+                provide(i)
 
-    for node in list(values):
-        if any(user not in values for user in node.users):
+    for node in list(gm.graph.nodes):
+        if node in constant and any(user not in constant for user in node.users):
             provide(node)
+    values.clear()
     for node, value in stored.items():
         name = _fresh_name(gm)
         gm.register_buffer(name, value)
@@ -93,14 +107,24 @@ def _is_factory(node) -> bool:
     return isinstance(val, torch.Tensor) and isinstance(node.target, torch._ops.OpOverload)
 
 
-def _too_large(node) -> bool:
+def _numel(node):
+    """Elements of ``node``'s traced tensor value; None for no tensor or a symbolic size."""
     val = node.meta.get("val")
-    if isinstance(val, torch.Tensor):
-        try:
-            return int(val.numel()) > MAX_EVALUATED_NUMEL
-        except TypeError:   # a symbolic size: not a constant
-            return True
-    return False
+    if not isinstance(val, torch.Tensor):
+        return None
+    try:
+        return int(val.numel())
+    except TypeError:
+        return None
+
+
+def _too_large(node) -> bool:
+    """A symbolic size (not a constant), or more elements than are ever evaluated ahead."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return False
+    numel = _numel(node)
+    return numel is None or numel > MAX_EVALUATED_NUMEL
 
 
 def _cheap(node) -> bool:
@@ -114,8 +138,8 @@ def _is_view(node) -> bool:
     return isinstance(op, torch._ops.OpOverload) and any(r.alias_info is not None for r in op._schema.returns)
 
 
-def _materialize(arg, values):
-    return torch.fx.node.map_arg(arg, lambda n: values[n])
+def _materialize(arg, value_of):
+    return torch.fx.node.map_arg(arg, value_of)
 
 
 def _fresh_name(gm) -> str:
