@@ -307,6 +307,28 @@ def flip(ctx, x, dims):
     return x.with_view(x.shape, None, remap)
 
 
+@register_lowering(aten.roll)
+def roll(ctx, x, shifts, dims=()):
+    """``x`` rotated by ``shifts`` along ``dims``: element ``i`` of a rolled dim of size ``n``
+    is element ``(i - shift) mod n`` of ``x``, an index remap that fuses (a shifted-window
+    attention rolls its activations before and after every other block)."""
+    shifts, dims = list(shifts), list(dims)
+    if not dims or len(shifts) != len(dims):
+        raise NotLowered("roll over the flattened tensor")
+    by_dim = {}
+    for shift, d in zip(shifts, dims):
+        d = _norm_dim(d, x.ndim)
+        size = x.shape[d]
+        if not size.is_Integer:
+            raise NotLowered("roll along a symbolic size")
+        by_dim[d] = (by_dim.get(d, 0) + int(shift)) % int(size)
+
+    def remap(idx):
+        # (i - shift) mod n, kept non-negative: i + (n - shift) is, for 0 <= shift < n
+        return [Mod(i + (x.shape[d] - by_dim[d]), x.shape[d]) if by_dim.get(d) else i for d, i in enumerate(idx)]
+    return x.with_view(x.shape, None, remap)
+
+
 @register_lowering(aten.repeat)
 def repeat(ctx, x, repeats):
     lead = len(repeats) - x.ndim
