@@ -52,36 +52,46 @@ def fold_constants(gm: torch.fx.GraphModule, *, max_numel: int = MAX_FOLDED_NUME
             involved.add(node)
 
     values: dict = {}
+    position = {node: k for k, node in enumerate(gm.graph.nodes)}
 
     def value_of(node):
-        """``node``'s value, evaluated once (only what is stored is ever evaluated)."""
-        if node not in values:
-            if node.op == "get_attr":
-                values[node] = getattr(gm, node.target)
+        """``node``'s value, evaluated once with what it needs (only what is stored is ever
+        evaluated), in graph order."""
+        needed, pending = set(), [node]
+        while pending:
+            n = pending.pop()
+            if n not in values and n not in needed:
+                needed.add(n)
+                pending.extend(n.all_input_nodes)
+        for n in sorted(needed, key=position.__getitem__):
+            if n.op == "get_attr":
+                values[n] = getattr(gm, n.target)
             else:
-                values[node] = node.target(*_materialize(node.args, value_of), **_materialize(node.kwargs, value_of))
+                values[n] = n.target(*_materialize(n.args, values), **_materialize(n.kwargs, values))
         return values[node]
 
     stored: dict = {}
     kept: set = set()
 
-    def provide(node) -> None:
-        """Make ``node``'s value available at run time: stored, or computed from its inputs."""
-        if node in stored or node in kept or node.op == "get_attr":
-            return
-        worth = (node in from_state or node in involved) and not _is_view(node)   # a view costs nothing
-        if worth and (_numel(node) or 0) <= max_numel:   # no traced value: judged by the evaluated one
-            try:
-                value = value_of(node)
-            except Exception:   # noqa: BLE001 (a factory for a device this process lacks, ...): not folded
-                value = None
-            if isinstance(value, torch.Tensor) and value.numel() <= max_numel:
-                stored[node] = value
-                return
-        kept.add(node)
-        for i in node.all_input_nodes:
-            if i in constant:
-                provide(i)
+    def provide(first) -> None:
+        """Make ``first``'s value available at run time: stored, or computed from its inputs
+        (each made available in turn; a loop, not recursion: constant chains may be long)."""
+        pending = [first]
+        while pending:
+            node = pending.pop()
+            if node in stored or node in kept or node.op == "get_attr":
+                continue
+            worth = (node in from_state or node in involved) and not _is_view(node)   # a view costs nothing
+            if worth and (_numel(node) or 0) <= max_numel:   # no traced value: judged by the evaluated one
+                try:
+                    value = value_of(node)
+                except Exception:   # noqa: BLE001 (a factory for a device this process lacks, ...): not folded
+                    value = None
+                if isinstance(value, torch.Tensor) and value.numel() <= max_numel:
+                    stored[node] = value
+                    continue
+            kept.add(node)
+            pending.extend(i for i in node.all_input_nodes if i in constant)
 
     for node in list(gm.graph.nodes):
         if node in constant and any(user not in constant for user in node.users):
@@ -138,8 +148,8 @@ def _is_view(node) -> bool:
     return isinstance(op, torch._ops.OpOverload) and any(r.alias_info is not None for r in op._schema.returns)
 
 
-def _materialize(arg, value_of):
-    return torch.fx.node.map_arg(arg, value_of)
+def _materialize(arg, values):
+    return torch.fx.node.map_arg(arg, values.__getitem__)
 
 
 def _fresh_name(gm) -> str:
