@@ -111,6 +111,9 @@ class PhaseTimer:
         finally:
             progress.stop()
             record.total = time.perf_counter() - start
+            # Starting and stopping the progress line lie outside the "other" phase;
+            # charge them to it so that the phases add up to the total exactly.
+            record.seconds["other"] += record.total - sum(record.seconds.values())
             state.record = None
             self._finish(record)
 
